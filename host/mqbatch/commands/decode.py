@@ -1,0 +1,90 @@
+"""`mqbatch decode`: run the reference decoder over JSON Lines of PUBLISHes.
+
+Input line:  {"topic": str, "user_properties": [[key, value], ...], "payload_hex": str}
+Output line: {"status": ok|partial|discarded|error, "reason": null|CODE, "count": int, "messages_hex": [...]}
+A line that is not of that shape gets status "error" with an "error" message;
+the other lines still run. Decoder log records for non-ok batches go to stderr
+as JSON Lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mqbatch import codec
+
+
+class InputError(ValueError):
+    pass
+
+
+def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise InputError("expected a JSON object")
+    topic = obj.get("topic")
+    if not isinstance(topic, str):
+        raise InputError("'topic' must be a string")
+    props = obj.get("user_properties")
+    if not isinstance(props, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in props):
+        raise InputError("'user_properties' must be a list of [key, value] string pairs")
+    payload_hex = obj.get("payload_hex")
+    if not isinstance(payload_hex, str):
+        raise InputError("'payload_hex' must be a string")
+    try:
+        payload = bytes.fromhex(payload_hex)
+    except ValueError as e:
+        raise InputError(f"'payload_hex' is not hexadecimal: {e}") from None
+    return topic, [(k, v) for k, v in props], payload
+
+
+def decode_line(line: str, options: codec.DecodeOptions) -> tuple[dict, dict | None]:
+    """Return (output record, log record or None)."""
+    try:
+        topic, props, payload = parse_line(line)
+    except InputError as e:
+        return {"status": "error", "reason": None, "count": 0, "messages_hex": [], "error": str(e)}, None
+    res = codec.decode(props, payload, options, topic=topic)
+    out = {"status": res.status, "reason": res.reason, "count": res.count,
+           "messages_hex": [m.hex() for m in res.messages]}
+    return out, (res.log if res.status != codec.OK else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = codec.DecodeOptions(max_batch_size=args.max_batch_size, max_payload_bytes=args.max_payload_bytes,
+                                  allow_empty=not args.no_empty, partial=args.partial)
+    stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
+    try:
+        for line in stream:
+            if not line.strip():
+                continue
+            out, log = decode_line(line, options)
+            sys.stdout.write(json.dumps(out) + "\n")
+            if log is not None:
+                sys.stderr.write(json.dumps(log) + "\n")
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    return 0
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def register(sub) -> None:
+    p = sub.add_parser("decode", help="decode batch PUBLISHes given as JSON Lines")
+    p.add_argument("file", nargs="?", metavar="FILE", help="JSON Lines input (default: stdin)")
+    p.add_argument("--max-batch-size", type=_positive, default=100)
+    p.add_argument("--max-payload-bytes", type=_positive, default=65536)
+    p.add_argument("--partial", action="store_true", help="deliver sub-messages parsed before a count mismatch")
+    p.add_argument("--no-empty", action="store_true", help="reject zero-length sub-messages")
+    p.set_defaults(func=run)

@@ -1,0 +1,2 @@
+"""pytest fixtures shared across test modules."""
+from __future__ import annotations

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up everything `make demo` and `make test` need, on a fresh Debian/Ubuntu
+# machine with Python 3.11: Debian packages (as root: installed with apt;
+# otherwise the exact apt command is printed and we stop), then .venv at the
+# repo root with the pinned Python packages from pyproject.toml.
+# Re-running is cheap: the venv is rebuilt only when pyproject.toml changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+APT_PKGS=()
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=(mosquitto)
+command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
+java_ok() {
+    command -v java >/dev/null 2>&1 || return 1
+    local v
+    v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+    [ -n "$v" ] && [ "$v" -ge 17 ]
+}
+java_ok || APT_PKGS+=(openjdk-17-jre-headless)
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || APT_PKGS+=(python3-venv)
+
+if [ ${#APT_PKGS[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "bootstrap: installing Debian packages: ${APT_PKGS[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${APT_PKGS[@]}" >/dev/null
+    else
+        echo "bootstrap: missing Debian packages. Run:" >&2
+        echo "    sudo apt-get update && sudo apt-get install -y ${APT_PKGS[*]}" >&2
+        exit 1
+    fi
+fi
+# The Debian package may start a system mosquitto on 1883; mqbatch never uses it
+# (tests and the demo start their own on a free loopback port).
+
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+    echo "bootstrap: Python >= 3.11 required, found $("$PY" --version)" >&2; exit 1; }
+
+stamp=.venv/.mqbatch-stamp
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "bootstrap: creating .venv with pinned packages (pyproject.toml)"
+    "$PY" -m venv .venv
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    echo "$want" > "$stamp"
+fi
