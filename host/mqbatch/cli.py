@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # module names under mqbatch.commands, one per subcommand
-COMMANDS = ["decode", "demo"]
+COMMANDS = ["decode", "demo", "deploy"]
 
 
 def build_parser() -> argparse.ArgumentParser:

