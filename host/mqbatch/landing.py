@@ -1,0 +1,261 @@
+"""Landing zone: the durable, unchanged record of every PUBLISH the recorder received.
+
+Layout of a landing directory (docs/ingest.md):
+
+    landing-<recorder>-<segment>.parquet   complete files, the only ones readers look at
+    .landing-<recorder>-<segment>.parquet.tmp   being written (hidden: Spark skips it)
+    _wal/<recorder>-<segment>.wal          write-ahead log of the open segment
+    _wal/<recorder>.lock                   held (flock) by the running recorder
+
+A Parquet file is only readable once its footer is written, so the open segment
+is a write-ahead log: each message is appended as a frame (length, CRC-32,
+body) and the file is flushed and fsync'd before the PUBACKs go out. Rolling
+(by size or age) converts the WAL into Parquet under a temporary name, fsyncs,
+renames it into place, fsyncs the directory and only then deletes the WAL. On
+start the recorder converts whatever WAL its previous run left; a torn frame at
+the end (written but never acknowledged) is dropped and the broker redelivers
+it. The Parquet name depends only on (recorder, segment), so a conversion that
+is repeated after a crash rewrites the same file with the same rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import pathlib
+import re
+import struct
+import time
+import zlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+WAL_DIR = "_wal"
+FRAME = struct.Struct("<II")   # body length, CRC-32 of the body
+HEAD = struct.Struct("<I")     # length of the JSON header inside the body
+
+USER_PROPERTY = pa.struct([pa.field("key", pa.string(), nullable=False),
+                           pa.field("value", pa.string(), nullable=False)])
+# The landing schema (docs/ingest.md). The first nine columns are the contract;
+# the last four say where and how the row was landed.
+SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("payload", pa.binary(), nullable=False),
+    pa.field("user_properties", pa.list_(pa.field("element", USER_PROPERTY, nullable=False)), nullable=False),
+    pa.field("content_type", pa.string()),
+    pa.field("payload_format_indicator", pa.int32()),
+    pa.field("message_expiry_interval", pa.int64()),
+    pa.field("qos", pa.int32(), nullable=False),
+    pa.field("retain", pa.bool_(), nullable=False),
+    pa.field("received_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("dup", pa.bool_(), nullable=False),
+    pa.field("recorder", pa.string(), nullable=False),
+    pa.field("segment", pa.int64(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+])
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclasses.dataclass
+class Landed:
+    """One received PUBLISH, as landed."""
+    topic: str
+    payload: bytes
+    user_properties: list[tuple[str, str]]
+    content_type: str | None = None
+    payload_format_indicator: int | None = None
+    message_expiry_interval: int | None = None
+    qos: int = 1
+    retain: bool = False
+    received_at_us: int = 0          # µs since the Unix epoch, UTC
+    dup: bool = False
+
+    def encode(self) -> bytes:
+        head = json.dumps({"t": self.topic, "up": self.user_properties, "ct": self.content_type,
+                           "pfi": self.payload_format_indicator, "mei": self.message_expiry_interval,
+                           "q": self.qos, "r": self.retain, "at": self.received_at_us, "d": self.dup},
+                          separators=(",", ":")).encode()
+        return HEAD.pack(len(head)) + head + bytes(self.payload)
+
+    @classmethod
+    def decode(cls, body: bytes) -> "Landed":
+        (n,) = HEAD.unpack_from(body)
+        h = json.loads(body[HEAD.size:HEAD.size + n])
+        return cls(h["t"], body[HEAD.size + n:], [tuple(p) for p in h["up"]], h["ct"], h["pfi"], h["mei"],
+                   h["q"], h["r"], h["at"], h["d"])
+
+
+def check_name(recorder: str) -> str:
+    if not _NAME_RE.fullmatch(recorder):
+        raise ValueError(f"recorder id {recorder!r} must be 1-64 characters of A-Z a-z 0-9 _ . -")
+    return recorder
+
+
+def parquet_name(recorder: str, segment: int) -> str:
+    return f"landing-{recorder}-{segment:08d}.parquet"
+
+
+def wal_name(recorder: str, segment: int) -> str:
+    return f"{recorder}-{segment:08d}.wal"
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_wal(path: pathlib.Path) -> tuple[list[Landed], int]:
+    """The complete frames of a WAL file and the byte offset where they end
+    (a torn or corrupt tail after it was never acknowledged)."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + FRAME.size <= len(data):
+        n, crc = FRAME.unpack_from(data, pos)
+        body = data[pos + FRAME.size:pos + FRAME.size + n]
+        if len(body) < n or zlib.crc32(body) != crc:
+            break
+        out.append(Landed.decode(body))
+        pos += FRAME.size + n
+    return out, pos
+
+
+def to_table(rows: list[Landed], recorder: str, segment: int) -> pa.Table:
+    return pa.Table.from_pydict({
+        "topic": [r.topic for r in rows],
+        "payload": [bytes(r.payload) for r in rows],
+        "user_properties": [[{"key": k, "value": v} for k, v in r.user_properties] for r in rows],
+        "content_type": [r.content_type for r in rows],
+        "payload_format_indicator": [r.payload_format_indicator for r in rows],
+        "message_expiry_interval": [r.message_expiry_interval for r in rows],
+        "qos": [r.qos for r in rows],
+        "retain": [r.retain for r in rows],
+        "received_at": [r.received_at_us for r in rows],
+        "dup": [r.dup for r in rows],
+        "recorder": [recorder] * len(rows),
+        "segment": [segment] * len(rows),
+        "offset": list(range(len(rows))),
+    }, schema=SCHEMA)
+
+
+def write_parquet_atomic(table: pa.Table, directory: pathlib.Path, name: str) -> pathlib.Path:
+    """Write `name` so that readers see either nothing or the complete file."""
+    tmp = directory / f".{name}.tmp"
+    final = directory / name
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f, compression="zstd")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(directory)
+    return final
+
+
+class LandingWriter:
+    """The open segment of one recorder: append, commit (fsync), roll into Parquet."""
+
+    def __init__(self, directory: str | os.PathLike, recorder: str,
+                 roll_bytes: int = 64 << 20, roll_seconds: float = 60.0):
+        self.dir = pathlib.Path(directory)
+        self.recorder = check_name(recorder)
+        self.roll_bytes = roll_bytes
+        self.roll_seconds = roll_seconds
+        self.wal_dir = self.dir / WAL_DIR
+        self.wal_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.wal_dir / f"{recorder}.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(f"another recorder with id {recorder!r} is writing to {self.dir}") from None
+        self.files_rolled = 0
+        self.rows_landed = 0          # rows in the segments rolled by this writer
+        self.recovered: list[pathlib.Path] = self._recover()
+        self.segment = self._next_segment()
+        self._wal = None
+        self._wal_rows = 0
+        self._opened_at = 0.0
+
+    # -- segments ------------------------------------------------------------
+    def _segments(self, directory: pathlib.Path, name) -> list[int]:
+        """Segment numbers of the files in `directory` called name(recorder, segment)."""
+        rx = re.compile(re.escape(name(self.recorder, 0)).replace("00000000", r"(\d{8})", 1))
+        return sorted(int(m.group(1)) for p in directory.iterdir() if (m := rx.fullmatch(p.name)))
+
+    def _next_segment(self) -> int:
+        used = self._segments(self.dir, parquet_name) + self._segments(self.wal_dir, wal_name)
+        return (max(used) + 1) if used else 0
+
+    def _recover(self) -> list[pathlib.Path]:
+        done = [self._convert(seg) for seg in self._segments(self.wal_dir, wal_name)]
+        return [p for p in done if p is not None]
+
+    def _convert(self, segment: int) -> pathlib.Path | None:
+        """WAL segment -> Parquet (atomic), then delete the WAL. None if it held no complete frame."""
+        wal = self.wal_dir / wal_name(self.recorder, segment)
+        rows, _ = read_wal(wal)
+        out = None
+        if rows:
+            out = write_parquet_atomic(to_table(rows, self.recorder, segment), self.dir,
+                                       parquet_name(self.recorder, segment))
+            self.files_rolled += 1
+            self.rows_landed += len(rows)
+        wal.unlink()
+        _fsync_dir(self.wal_dir)
+        return out
+
+    # -- the open segment ----------------------------------------------------
+    def append(self, msg: Landed) -> None:
+        """Buffer one message into the open WAL segment (durable only after commit())."""
+        if self._wal is None:
+            self._wal = open(self.wal_dir / wal_name(self.recorder, self.segment), "ab")
+            self._wal_rows = 0
+            self._opened_at = time.monotonic()
+            _fsync_dir(self.wal_dir)
+        body = msg.encode()
+        self._wal.write(FRAME.pack(len(body), zlib.crc32(body)) + body)
+        self._wal_rows += 1
+
+    def commit(self) -> None:
+        """Flush and fsync the WAL: everything appended so far survives a crash."""
+        if self._wal is not None:
+            self._wal.flush()
+            os.fsync(self._wal.fileno())
+
+    @property
+    def pending_rows(self) -> int:
+        return self._wal_rows if self._wal is not None else 0
+
+    def due(self) -> bool:
+        return self._wal is not None and self._wal_rows > 0 and (
+            self._wal.tell() >= self.roll_bytes or time.monotonic() - self._opened_at >= self.roll_seconds)
+
+    def roll(self) -> pathlib.Path | None:
+        """Close the open segment into a Parquet file; the next append opens a new one."""
+        if self._wal is None:
+            return None
+        self.commit()
+        self._wal.close()
+        self._wal = None
+        out = self._convert(self.segment)
+        self.segment += 1
+        return out
+
+    def close(self) -> pathlib.Path | None:
+        out = self.roll()
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+        return out
+
+
+def read_landing(directory: str | os.PathLike) -> pa.Table:
+    """All complete landing files of a directory as one table (tests, tools)."""
+    files = sorted(pathlib.Path(directory).glob("landing-*.parquet"))
+    if not files:
+        return SCHEMA.empty_table()
+    return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])
