@@ -16,7 +16,7 @@ import pytest
 
 from mqbatch_testing import mpy_env, MICROPYTHON, ROOT
 
-pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker"]
+pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch_testing.spark"]
 
 
 class MpyFile(pytest.File):

@@ -58,23 +58,23 @@ class Channel:
     kind: str
     low: int | None      # inclusive bounds, None = unbounded
     high: int | None
-    scale: float         # value * scale = value in the natural unit (degC, %, V, ...)
+    divisor: int         # value / divisor = value in the natural unit (degC, %, V, ...)
 
 
 CHANNELS = {c.id: c for c in (
-    Channel(1, "temperature", SAMPLE, -5000, 15000, 0.01),
-    Channel(2, "humidity", SAMPLE, 0, 10000, 0.01),
-    Channel(3, "supply_voltage", SAMPLE, 0, 20000, 0.001),
-    Channel(4, "rssi", SAMPLE, -127, 0, 1.0),
-    Channel(5, "pressure", SAMPLE, 30000, 120000, 1.0),
-    Channel(6, "light", SAMPLE, 0, 200000, 1.0),
-    Channel(0x80, "free_heap", HEALTH, 0, None, 1.0),
-    Channel(0x81, "outbox_depth", HEALTH, 0, None, 1.0),
-    Channel(0x82, "dropped_total", HEALTH, 0, None, 1.0),
-    Channel(0x83, "reconnects", HEALTH, 0, None, 1.0),
-    Channel(0x84, "last_error", HEALTH, None, None, 1.0),
-    Channel(0x85, "sampled_total", HEALTH, 0, None, 1.0),
-    Channel(0x86, "outbox_bytes", HEALTH, 0, None, 1.0),
+    Channel(1, "temperature", SAMPLE, -5000, 15000, 100),
+    Channel(2, "humidity", SAMPLE, 0, 10000, 100),
+    Channel(3, "supply_voltage", SAMPLE, 0, 20000, 1000),
+    Channel(4, "rssi", SAMPLE, -127, 0, 1),
+    Channel(5, "pressure", SAMPLE, 30000, 120000, 1),
+    Channel(6, "light", SAMPLE, 0, 200000, 1),
+    Channel(0x80, "free_heap", HEALTH, 0, None, 1),
+    Channel(0x81, "outbox_depth", HEALTH, 0, None, 1),
+    Channel(0x82, "dropped_total", HEALTH, 0, None, 1),
+    Channel(0x83, "reconnects", HEALTH, 0, None, 1),
+    Channel(0x84, "last_error", HEALTH, None, None, 1),
+    Channel(0x85, "sampled_total", HEALTH, 0, None, 1),
+    Channel(0x86, "outbox_bytes", HEALTH, 0, None, 1),
 )}
 CHANNEL_BY_NAME = {c.name: c for c in CHANNELS.values()}
 DROPPED_TOTAL = 0x82
