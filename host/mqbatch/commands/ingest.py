@@ -1,0 +1,74 @@
+"""`mqbatch ingest`: the recorder. Lands every PUBLISH of a shared subscription
+into a Parquet landing zone (docs/ingest.md) until SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from mqbatch.ingest import Recorder, RecorderConfig, RecorderError
+from mqbatch.commands.decode import _positive
+
+
+def _config(args: argparse.Namespace) -> RecorderConfig:
+    password = args.password
+    if args.password_file:
+        with open(args.password_file, encoding="utf-8") as f:
+            password = f.read().strip()
+    elif password is None:
+        password = os.environ.get("MQBATCH_PASSWORD")
+    return RecorderConfig(
+        host=args.host, port=args.port, landing=args.landing, client_id=args.client_id, group=args.group,
+        topic_filter=args.filter, cafile=args.cafile, certfile=args.cert, keyfile=args.key,
+        username=args.username, password=password, session_expiry=args.session_expiry,
+        receive_maximum=args.receive_maximum, roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
+        progress_seconds=args.progress_seconds)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = _config(args)
+        recorder = Recorder(cfg)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"ingest: error: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        print(f"ingest: {signal.Signals(signum).name}: closing the open landing file", file=sys.stderr, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return recorder.run(stop)
+    except RecorderError as e:
+        print(f"ingest: error: {e}", file=sys.stderr)
+        return 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ingest", help="record MQTT PUBLISHes into a Parquet landing zone",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8883)
+    p.add_argument("--landing", required=True, help="landing zone directory")
+    p.add_argument("--client-id", default="mqbatch-recorder-1",
+                   help="MQTT client id, also the recorder id in landing file names (unique per recorder)")
+    p.add_argument("--group", default="mqbatch-recorders", help="shared-subscription group ($share/GROUP/FILTER)")
+    p.add_argument("--filter", default="mqbatch/+/telemetry", help="topic filter (default mqbatch/+/telemetry)")
+    p.add_argument("--cafile", help="CA certificate(s) that signed the broker's certificate (default: system CAs)")
+    p.add_argument("--cert", help="client certificate (PEM)")
+    p.add_argument("--key", help="client private key (PEM)")
+    p.add_argument("--username")
+    p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
+    p.add_argument("--password-file")
+    p.add_argument("--session-expiry", type=_positive, default=3600,
+                   help="seconds the broker keeps the session and queued messages while the recorder is down")
+    p.add_argument("--receive-maximum", type=_positive, default=100, help="PUBLISHes in flight towards the recorder")
+    p.add_argument("--roll-bytes", type=_positive, default=64 << 20, help="roll the landing file at this size")
+    p.add_argument("--roll-seconds", type=float, default=60.0, help="roll the landing file at this age")
+    p.add_argument("--progress-seconds", type=float, default=5.0, help="progress line interval")
+    p.set_defaults(func=run)

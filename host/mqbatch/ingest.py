@@ -1,0 +1,243 @@
+"""The recorder: MQTT 5 shared-subscription consumer that lands every PUBLISH durably.
+
+paho-mqtt 2.x, MQTT 5, TLS, QoS 1, `$share/GROUP/FILTER`, persistent session
+(clean start off, Session Expiry > 0), manual acknowledgements. Nothing is
+decoded or dropped here: malformed batches are landed like any other PUBLISH
+and quarantined later by the Spark job, with their reason.
+
+Durability: the MQTT network thread only queues what it receives. A writer
+thread appends a group of messages to the landing WAL, flushes and fsyncs it,
+and only then sends their PUBACKs, in the order the PUBLISHes arrived (group
+commit: one fsync for everything that arrived meanwhile). A recorder killed at
+any moment has landed every PUBLISH it acknowledged; what it had not
+acknowledged is redelivered by the broker from the persistent session
+(possibly a second copy of something already landed: duplicates are allowed and
+removed downstream, losses are not). Acknowledgements are never sent on a newer
+connection than the one a message arrived on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+import ssl
+import sys
+import threading
+import time
+from typing import TextIO
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from mqbatch.landing import Landed, LandingWriter, check_name
+
+
+class RecorderError(RuntimeError):
+    """The recorder cannot run (connection refused, not authorised, subscription rejected...)."""
+
+
+@dataclasses.dataclass
+class RecorderConfig:
+    host: str
+    port: int
+    landing: str
+    client_id: str = "mqbatch-recorder-1"   # also the recorder id in landing file names
+    group: str = "mqbatch-recorders"
+    topic_filter: str = "mqbatch/+/telemetry"
+    cafile: str | None = None                # TLS is always on; None = the system's CAs
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = None
+    session_expiry: int = 3600               # seconds the broker keeps our session (and messages) while we are down
+    receive_maximum: int = 100               # PUBLISHes in flight towards us
+    keepalive: int = 30
+    roll_bytes: int = 64 << 20
+    roll_seconds: float = 60.0
+    commit_max: int = 1000                   # most messages per fsync
+    progress_seconds: float = 5.0
+
+    def __post_init__(self):
+        check_name(self.client_id)
+        if not self.group or any(c in self.group for c in "/+#"):
+            raise ValueError(f"share group {self.group!r} must be non-empty without '/', '+' or '#'")
+        if self.session_expiry <= 0:
+            raise ValueError("session_expiry must be > 0: the broker must keep messages while the recorder is down")
+        if not 1 <= self.receive_maximum <= 65535:
+            raise ValueError(f"receive_maximum must be 1..65535, got {self.receive_maximum}")
+
+    @property
+    def subscription(self) -> str:
+        return f"$share/{self.group}/{self.topic_filter}"
+
+
+@dataclasses.dataclass
+class _Item:
+    msg: Landed
+    mid: int
+    qos: int
+    generation: int
+
+
+class Recorder:
+    """Run with run(stop_event); stats in .received, .landed, .acked, .files_rolled."""
+
+    def __init__(self, cfg: RecorderConfig, out: TextIO = sys.stderr):
+        self.cfg = cfg
+        self.out = out
+        self.received = self.landed = self.acked = 0
+        self.error: str | None = None
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._generation = 0
+        self._subscribed = threading.Event()
+        self._failed = threading.Event()
+        self.client = self._make_client()
+        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds)
+        for path in self.writer.recovered:
+            self._say(f"recovered the previous run's open segment into {path.name}")
+
+    @property
+    def files_rolled(self) -> int:
+        return self.writer.files_rolled
+
+    def _say(self, text: str) -> None:
+        print(f"ingest: {text}", file=self.out, flush=True)
+
+    # -- MQTT --------------------------------------------------------------------
+    def _make_client(self) -> mqtt.Client:
+        cfg = self.cfg
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv5,
+                        manual_ack=True)
+        try:
+            c.tls_set(ca_certs=cfg.cafile, certfile=cfg.certfile, keyfile=cfg.keyfile, cert_reqs=ssl.CERT_REQUIRED)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise RecorderError(f"TLS set-up failed (cafile={cfg.cafile}, cert={cfg.certfile}, "
+                                f"key={cfg.keyfile}): {e}") from None
+        if cfg.username is not None:
+            c.username_pw_set(cfg.username, cfg.password)
+        c.reconnect_delay_set(1, 10)
+        c.on_connect = self._on_connect
+        c.on_subscribe = self._on_subscribe
+        c.on_message = self._on_message
+        c.on_disconnect = self._on_disconnect
+        return c
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        if reason_code.is_failure:
+            self._fail(f"broker refused the connection: {reason_code} ({reason_code.value:#04x})")
+            return
+        self._generation += 1
+        self._say(f"connected to {self.cfg.host}:{self.cfg.port} as {self.cfg.client_id} "
+                  f"(session present: {bool(flags.session_present)}), subscribing {self.cfg.subscription}")
+        client.subscribe(self.cfg.subscription, options=SubscribeOptions(qos=1))
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
+        bad = [rc for rc in reason_codes if rc.is_failure]
+        if bad:
+            self._fail(f"subscription {self.cfg.subscription} rejected: {bad[0]} ({bad[0].value:#04x})")
+        else:
+            self._say(f"subscribed {self.cfg.subscription} (granted QoS {reason_codes[0].value})")
+            self._subscribed.set()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self._generation += 1                # what arrived before must not be acked on the next connection
+        if not self._failed.is_set():
+            self._say(f"disconnected: {reason_code}")
+
+    def _on_message(self, client, userdata, msg: mqtt.MQTTMessage):
+        props = msg.properties
+        try:
+            topic = msg.topic
+        except UnicodeDecodeError:          # land it anyway; Spark quarantines the topic
+            topic = msg._topic.decode("utf-8", "replace")
+        landed = Landed(topic=topic, payload=bytes(msg.payload),
+                        user_properties=[(str(k), str(v)) for k, v in (getattr(props, "UserProperty", None) or [])],
+                        content_type=getattr(props, "ContentType", None),
+                        payload_format_indicator=getattr(props, "PayloadFormatIndicator", None),
+                        message_expiry_interval=getattr(props, "MessageExpiryInterval", None),
+                        qos=msg.qos, retain=bool(msg.retain), received_at_us=time.time_ns() // 1000,
+                        dup=bool(msg.dup))
+        self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
+
+    def _fail(self, text: str) -> None:
+        self.error = text
+        self._say(f"error: {text}")
+        self._failed.set()
+
+    # -- landing -----------------------------------------------------------------
+    def _commit(self, items: list[_Item]) -> None:
+        for it in items:
+            self.writer.append(it.msg)
+        self.writer.commit()                         # durable before any PUBACK goes out
+        self.landed += len(items)
+        for it in items:
+            if it.qos > 0 and it.generation == self._generation:
+                if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
+                    self.acked += 1
+
+    def _writer_loop(self, done: threading.Event) -> None:
+        last_report, last_count = time.monotonic(), 0
+        finished = False
+        while not finished:
+            items = []
+            try:
+                first = self._queue.get(timeout=0.2)
+                finished = first is None
+                if first is not None:
+                    items.append(first)
+                while len(items) < self.cfg.commit_max and not finished:
+                    nxt = self._queue.get_nowait()
+                    finished = nxt is None
+                    if nxt is not None:
+                        items.append(nxt)
+            except queue.Empty:
+                pass
+            if items:
+                self.received += len(items)
+                self._commit(items)
+            if self.writer.due():
+                path = self.writer.roll()
+                if path is not None:
+                    self._say(f"rolled {path.name}")
+            now = time.monotonic()
+            if now - last_report >= self.cfg.progress_seconds:
+                rate = (self.landed - last_count) / (now - last_report)
+                self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
+                          f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
+                last_report, last_count = now, self.landed
+        done.set()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
+        """Record until `stop` is set (or a fatal error). Returns an exit status."""
+        cfg = self.cfg
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = cfg.session_expiry
+        props.ReceiveMaximum = cfg.receive_maximum
+        writer_done = threading.Event()
+        writer = threading.Thread(target=self._writer_loop, args=(writer_done,), name="landing-writer", daemon=True)
+        writer.start()
+        try:
+            try:
+                self.client.connect(cfg.host, cfg.port, keepalive=cfg.keepalive, clean_start=False, properties=props)
+            except (OSError, ssl.SSLError) as e:
+                raise RecorderError(f"cannot connect to {cfg.host}:{cfg.port}: {e}") from None
+            self.client.loop_start()
+            deadline = time.monotonic() + connect_timeout
+            while not (stop.is_set() or self._failed.is_set() or self._subscribed.is_set()):
+                if time.monotonic() > deadline:
+                    raise RecorderError(f"no CONNACK/SUBACK from {cfg.host}:{cfg.port} within {connect_timeout} s")
+                time.sleep(0.05)
+            while not (stop.is_set() or self._failed.is_set()):
+                stop.wait(0.2)
+        finally:
+            self.client.disconnect()          # the session (and undelivered messages) stays on the broker
+            self.client.loop_stop()
+            self._queue.put(None)
+            writer_done.wait(60)
+            path = self.writer.close()
+            self._say(f"stopped: {self.landed} PUBLISHes landed, {self.acked} acked, "
+                      f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}")
+        return 1 if self.error else 0
