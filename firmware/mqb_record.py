@@ -1,0 +1,272 @@
+# mqb_record: telemetry records (docs/records.md) written straight into a BatchEncoder.
+#
+# Binary record v1 (the default) is serialised in place with enc.reserve(n) and
+# struct.pack_into: once the objects exist, writing a record allocates nothing
+# (tests/mpy/mp_test_record.py measures it with the GC disabled and runs it under
+# micropython.heap_lock()). The JSON record option builds a str per record: it
+# allocates, which is the documented cost of choosing JSON.
+#
+# Small integers. On 32-bit ports an int is a heap-free "small int" only while it
+# is in -2**30 .. 2**30-1; anything larger is a heap-allocated bigint. Every value
+# touched per record stays below 2**30 by design:
+#   - seq < SEQ_LIMIT = 2**30 (at the limit the writer starts a new boot epoch,
+#     see RecordWriter.renew_boot);
+#   - time is kept as s (seconds since 2020-01-01, < 2**30 until 2054) + ms
+#     (0..999) and advanced with ticks_ms()/ticks_diff() deltas (|delta| < 2**29
+#     on 32-bit ports), never as ms or ns since an epoch;
+#   - readings are i32 fixed point; ranges of docs/records.md are far below 2**30.
+# time.time_ns() (a bigint) is read only in TickClock.set_from_rtc(), at boot and
+# after a clock sync, never per record.
+import struct
+import time
+from mqb_codec import FULL
+
+VERSION = 1
+KIND_SAMPLE = 1
+KIND_HEALTH = 2
+FLAG_SYNCED = 0x01
+MAX_READINGS = 32
+HEADER_SIZE = 18
+READING_SIZE = 5
+SEQ_LIMIT = 1 << 30            # seq stays a small int on every port
+TIME_S_LIMIT = 1 << 30         # 2054-01-10: time_s stays a small int on every port
+
+EPOCH_2020_UNIX = 1577836800   # 2020-01-01T00:00:00Z in seconds since 1970-01-01
+EPOCH_2020_2000 = 631152000    # ... since 2000-01-01 (embedded ports' epoch)
+
+FORMAT_BINARY = "binary"
+FORMAT_JSON = "json"
+
+# Channels (docs/records.md). Sample records carry 1..6, health records 0x80..0x86.
+CH_TEMPERATURE = 1      # centi-degC
+CH_HUMIDITY = 2         # centi-%
+CH_SUPPLY_VOLTAGE = 3   # mV
+CH_RSSI = 4             # dBm
+CH_PRESSURE = 5         # Pa
+CH_LIGHT = 6            # lux
+CH_FREE_HEAP = 0x80     # bytes
+CH_OUTBOX_DEPTH = 0x81  # entries
+CH_DROPPED_TOTAL = 0x82  # records (Outbox.dropped_total)
+CH_RECONNECTS = 0x83    # count since boot
+CH_LAST_ERROR = 0x84    # MQTT reason code or negative errno, 0 = none
+CH_SAMPLED_TOTAL = 0x85  # records sampled since boot
+CH_OUTBOX_BYTES = 0x86  # bytes
+
+SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
+HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
+                "sampled_total", "outbox_bytes")
+
+_I32_MIN = -2147483648
+_I32_MAX = 2147483647
+
+
+def port_epoch_to_2020():
+    """Seconds from this port's time epoch (1970 or 2000) to 2020-01-01."""
+    return EPOCH_2020_UNIX if time.gmtime(0)[0] == 1970 else EPOCH_2020_2000
+
+
+class TickClock:
+    """Wall-clock time for records as (s since 2020-01-01, ms), advanced by ticks.
+
+    The board sets it from its RTC (set_from_rtc) at boot and after every clock
+    sync (NTP on boards; on the Unix port the host clock counts as synced), or
+    from any source with set(). now() advances s/ms by the ticks elapsed since
+    the previous call, without allocating. Read s, ms and synced after now().
+
+    On 32-bit ports ticks_ms() wraps every 2**30 ms and ticks_diff() is only
+    meaningful for less than 2**29 ms (6.2 days): call now() at least that often
+    (every record and health record does). If more time passed, now() cannot
+    tell how much and counts 0 ms for the gap (time stays monotonic).
+    ticks_ms/ticks_diff may be injected (tests emulate a 32-bit port's wrap).
+    """
+
+    def __init__(self, ticks_ms=None, ticks_diff=None):
+        self._ticks_ms = ticks_ms or time.ticks_ms
+        self._ticks_diff = ticks_diff or time.ticks_diff
+        self.s = 0
+        self.ms = 0
+        self.synced = False
+        self._t = self._ticks_ms()
+
+    def set(self, s, ms, synced):
+        """Anchor the clock: s seconds since 2020-01-01 and ms (0..999), now."""
+        if not 0 <= s < TIME_S_LIMIT:
+            raise ValueError("time_s %d outside 0..%d (2020-01-01..2054-01-10)" % (s, TIME_S_LIMIT - 1))
+        if not 0 <= ms < 1000:
+            raise ValueError("time_ms %d outside 0..999" % ms)
+        self._t = self._ticks_ms()
+        self.s = s
+        self.ms = ms
+        self.synced = bool(synced)
+
+    def set_from_rtc(self, synced):
+        """Anchor to the port's RTC (time.time_ns(), or time.time() where it is
+        missing). Allocates (bigint arithmetic): call at boot and after a sync,
+        not per record. An RTC before 2020 (never set) anchors at
+        2020-01-01T00:00:00 and must not be flagged synced."""
+        off = port_epoch_to_2020()
+        if hasattr(time, "time_ns"):
+            ns = time.time_ns()
+            s = ns // 1000000000 - off
+            ms = ns // 1000000 % 1000
+        else:
+            s = time.time() - off
+            ms = 0
+        if s < 0:
+            if synced:
+                raise ValueError("RTC reads %d s before 2020-01-01 but was declared synced" % -s)
+            s, ms = 0, 0
+        self.set(s, ms, synced)
+
+    def now(self):
+        """Advance s/ms to the current tick. No allocation; all values < 2**30."""
+        t = self._ticks_ms()
+        d = self._ticks_diff(t, self._t)
+        if d < 0:
+            d = 0  # a gap longer than half the tick period: unknown, count 0
+        total = self.ms + d
+        if total >= 1000:
+            q = total // 1000
+            self.s += q
+            total -= q * 1000
+        self.ms = total
+        self._t = t
+
+
+class Readings:
+    """Caller-owned, reusable list of up to `capacity` (channel, value) readings.
+
+    Values are fixed-point ints in the unit of their channel (no floats).
+    The board fills it for each record: clear(), then add() per reading.
+    """
+
+    def __init__(self, capacity=MAX_READINGS):
+        if not 0 < capacity <= MAX_READINGS:
+            raise ValueError("capacity must be 1..%d readings, got %d" % (MAX_READINGS, capacity))
+        self.channels = bytearray(capacity)
+        self.values = [0] * capacity
+        self.n = 0
+
+    def clear(self):
+        self.n = 0
+
+    def add(self, channel, value):
+        if self.n >= len(self.channels):
+            raise ValueError("Readings holds at most %d readings" % len(self.channels))
+        if type(value) is not int:
+            raise TypeError("reading value for channel %d must be a fixed-point int, got %s"
+                            % (channel, type(value).__name__))
+        if not _I32_MIN <= value <= _I32_MAX:
+            raise ValueError("reading value %d for channel %d does not fit in i32" % (value, channel))
+        if not 0 <= channel <= 255:
+            raise ValueError("channel %d is not a u8" % channel)
+        self.channels[self.n] = channel
+        self.values[self.n] = value
+        self.n += 1
+
+
+class RecordWriter:
+    """Writes sample and health records into a BatchEncoder (docs/records.md).
+
+    enc: mqb_codec.BatchEncoder the records go into.
+    clock: TickClock (or an object with now() and attributes s, ms, synced).
+    boot: this boot's number (mqb_boot.BootCounter(...).next()).
+    record_format: FORMAT_BINARY (default, allocation-free) or FORMAT_JSON.
+    renew_boot: callable returning a new boot number (BootCounter.next), used
+        when seq reaches SEQ_LIMIT; without it the writer raises there.
+
+    sample(r) / health(r) return the record's seq (>= 0), or FULL (-1) when the
+    batch cannot take it: nothing was written and no seq was used; publish the
+    batch, enc.reset(), and call again. seq counts per boot from 0, shared by
+    samples and health records.
+    """
+
+    def __init__(self, enc, clock, boot, record_format=FORMAT_BINARY, renew_boot=None):
+        if record_format not in (FORMAT_BINARY, FORMAT_JSON):
+            raise ValueError("record_format must be %r or %r, got %r" % (FORMAT_BINARY, FORMAT_JSON, record_format))
+        if not 0 <= boot <= 0xFFFFFFFF:
+            raise ValueError("boot %d is not a u32" % boot)
+        self.enc = enc
+        self.clock = clock
+        self.boot = boot
+        self.seq = 0
+        self.json = record_format == FORMAT_JSON
+        self.renew_boot = renew_boot
+
+    def sample(self, r):
+        """Write a sample record (channels 1..6)."""
+        return self._write(KIND_SAMPLE, r)
+
+    def health(self, r):
+        """Write a health record (channels 0x80..0x86)."""
+        return self._write(KIND_HEALTH, r)
+
+    def _check(self, kind, r):
+        n = r.n
+        if not 0 <= n <= MAX_READINGS or n > len(r.channels):
+            raise ValueError("record has %d readings; 0..%d allowed" % (n, min(MAX_READINGS, len(r.channels))))
+        lo = 1 if kind == KIND_SAMPLE else 0x80
+        hi = lo + (len(SAMPLE_NAMES) if kind == KIND_SAMPLE else len(HEALTH_NAMES))
+        seen = 0
+        chans = r.channels
+        for i in range(n):
+            c = chans[i]
+            if not lo <= c < hi:
+                raise ValueError("channel 0x%02x not allowed in a %s record (0x%02x..0x%02x)"
+                                 % (c, "sample" if kind == KIND_SAMPLE else "health", lo, hi - 1))
+            bit = 1 << (c - lo)
+            if seen & bit:
+                raise ValueError("channel 0x%02x appears twice in one record" % c)
+            seen |= bit
+
+    def _next_seq(self):
+        if self.seq >= SEQ_LIMIT:
+            if self.renew_boot is None:
+                raise RuntimeError("seq reached %d in boot %d: pass renew_boot to start a new boot epoch"
+                                   % (SEQ_LIMIT, self.boot))
+            self.boot = self.renew_boot()
+            self.seq = 0
+        return self.seq
+
+    def _write(self, kind, r):
+        self._check(kind, r)
+        seq = self._next_seq()
+        if self.json:
+            return self._write_json(kind, r, seq)
+        n = r.n
+        enc = self.enc
+        pos = enc.reserve(HEADER_SIZE + READING_SIZE * n)
+        if pos == FULL:
+            return FULL
+        clock = self.clock
+        clock.now()
+        buf = enc.buf
+        struct.pack_into("<BBBBIIIH", buf, pos, VERSION, kind, FLAG_SYNCED if clock.synced else 0, n,
+                         self.boot, seq, clock.s, clock.ms)
+        pos += HEADER_SIZE
+        chans = r.channels
+        vals = r.values
+        for i in range(n):
+            struct.pack_into("<Bi", buf, pos, chans[i], vals[i])
+            pos += READING_SIZE
+        self.seq = seq + 1
+        return seq
+
+    def _write_json(self, kind, r, seq):
+        # Allocates: the str, its parts and the encoded bytes (the cost of JSON).
+        clock = self.clock
+        clock.now()
+        if kind == KIND_SAMPLE:
+            names, base, kname = SAMPLE_NAMES, 1, "sample"
+        else:
+            names, base, kname = HEALTH_NAMES, 0x80, "health"
+        parts = []
+        for i in range(r.n):
+            parts.append('"%s":%d' % (names[r.channels[i] - base], r.values[i]))
+        text = '{"v":1,"kind":"%s","boot":%d,"seq":%d,"ts_ms":%d,"synced":%s,"r":{%s}}' % (
+            kname, self.boot, seq, (clock.s + EPOCH_2020_UNIX) * 1000 + clock.ms,
+            "true" if clock.synced else "false", ",".join(parts))
+        if not self.enc.add(text.encode()):
+            return FULL
+        self.seq = seq + 1
+        return seq
