@@ -143,6 +143,8 @@ class Outbox:
         self.entry_first_seq = 0
         self.entry_last_seq = 0
         self._dropped = SlotCounter(root + "/dropped", b"DROP")
+        self._reported = SlotCounter(root + "/reported", b"RPTD")
+        self._base = self._reported.value
         self._load()
 
     # ---- public API ------------------------------------------------------------
@@ -152,12 +154,27 @@ class Outbox:
         """Records dropped since this outbox was created (persisted across reboots)."""
         return self._dropped.value
 
-    def append(self, payload, records=0, boot=0, first_seq=0, last_seq=0):
+    def dropped_report(self):
+        """The value for the health record's dropped_total channel (docs/records.md,
+        "since boot"): records dropped since this boot, plus those dropped in
+        earlier boots after the last health record appended there. Pass it back
+        as append(..., reported=value) with the batch that carries it."""
+        return self._dropped.value - self._base
+
+    def rebase(self):
+        """Start the dropped_report() count again from what was reported: call it
+        when the boot number changes without a reboot (RecordWriter.renew_boot)."""
+        self._base = self._reported.value
+
+    def append(self, payload, records=0, boot=0, first_seq=0, last_seq=0, reported=-1):
         """Store one batch payload (bytes, bytearray or memoryview) and its metadata.
 
         Returns the entry id (>= 0) once the entry is on flash, or FULL (policy
         STOP, no room: nothing written). With DROP_OLDEST, making room may delete
         the oldest segment; its pending records are added to dropped_total first.
+        reported: the dropped_report() value a health record in this batch
+        carries (-1: none); once the entry is on flash it becomes the mark the
+        next boot counts from (persisted only when it changed).
         """
         n = len(payload)
         if n > self.max_payload:
@@ -165,6 +182,9 @@ class Outbox:
                              % (n, self.segment_size, self.max_payload))
         if not 0 <= records <= 0xFFFF:
             raise ValueError("records %d: must be 0..65535" % records)
+        if reported > self._dropped.value - self._base:
+            raise ValueError("reported %d is more than dropped_report() = %d"
+                             % (reported, self._dropped.value - self._base))
         h = self._newest()
         if (self._sealed or self._sn[h] >= self.max_entries
                 or self._ssize[h] + ENTRY_HEADER_SIZE + n > self.segment_size):
@@ -198,6 +218,8 @@ class Outbox:
         self.depth += 1
         self.pending_records += records
         self._next_id = eid + 1
+        if reported >= 0 and self._base + reported > self._reported.value:
+            self._reported.store(self._base + reported)
         return eid
 
     def peek(self, out, n=-1, after=-1):

@@ -134,11 +134,10 @@ class TickClock:
 
 
 class Readings:
-    """Caller-owned, reusable list of up to `capacity` (channel, value) readings.
-
-    Values are fixed-point ints in the unit of their channel (no floats).
-    The board fills it for each record: clear(), then add() per reading.
-    """
+    """Caller-owned, reusable set of up to `capacity` (channel, value) readings,
+    for records whose channels vary (health): clear(), add() per reading, then
+    writer.health(r.channels, r.values, r.n). Values are fixed-point ints in
+    the unit of their channel (no floats)."""
 
     def __init__(self, capacity=MAX_READINGS):
         if not 0 < capacity <= MAX_READINGS:
@@ -151,13 +150,9 @@ class Readings:
         self.n = 0
 
     def add(self, channel, value):
+        """Append one reading (value checks happen when the record is written)."""
         if self.n >= len(self.channels):
             raise ValueError("Readings holds at most %d readings" % len(self.channels))
-        if type(value) is not int:
-            raise TypeError("reading value for channel %d must be a fixed-point int, got %s"
-                            % (channel, type(value).__name__))
-        if not _I32_MIN <= value <= _I32_MAX:
-            raise ValueError("reading value %d for channel %d does not fit in i32" % (value, channel))
         if not 0 <= channel <= 255:
             raise ValueError("channel %d is not a u8" % channel)
         self.channels[self.n] = channel
@@ -175,10 +170,14 @@ class RecordWriter:
     renew_boot: callable returning a new boot number (BootCounter.next), used
         when seq reaches SEQ_LIMIT; without it the writer raises there.
 
-    sample(r) / health(r) return the record's seq (>= 0), or FULL (-1) when the
-    batch cannot take it: nothing was written and no seq was used; publish the
-    batch, enc.reset(), and call again. seq counts per boot from 0, shared by
-    samples and health records.
+    sample(channels, values, n=-1) / health(channels, values, n=-1) write one
+    record of n readings (n = len(channels) when -1): channels[i] (ints, e.g.
+    the board's CHANNELS tuple or Readings.channels) with values[i] (fixed-point
+    ints, e.g. the array("i") the board's sample() fills). They return the
+    record's seq (>= 0), or FULL (-1) when the batch cannot take it: nothing was
+    written and no seq was used; publish the batch, enc.reset(), call again.
+    Bad readings raise ValueError/TypeError before anything is written.
+    seq counts per boot from 0, shared by samples and health records.
     """
 
     def __init__(self, enc, clock, boot, record_format=FORMAT_BINARY, renew_boot=None):
@@ -193,22 +192,21 @@ class RecordWriter:
         self.json = record_format == FORMAT_JSON
         self.renew_boot = renew_boot
 
-    def sample(self, r):
+    def sample(self, channels, values, n=-1):
         """Write a sample record (channels 1..6)."""
-        return self._write(KIND_SAMPLE, r)
+        return self._write(KIND_SAMPLE, channels, values, len(channels) if n < 0 else n)
 
-    def health(self, r):
+    def health(self, channels, values, n=-1):
         """Write a health record (channels 0x80..0x86)."""
-        return self._write(KIND_HEALTH, r)
+        return self._write(KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
 
-    def _check(self, kind, r):
-        n = r.n
-        if not 0 <= n <= MAX_READINGS or n > len(r.channels):
-            raise ValueError("record has %d readings; 0..%d allowed" % (n, min(MAX_READINGS, len(r.channels))))
+    def _check(self, kind, chans, vals, n):
+        if not 0 <= n <= MAX_READINGS or n > len(chans) or n > len(vals):
+            raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
+                             "hold them" % (n, MAX_READINGS, len(chans), len(vals)))
         lo = 1 if kind == KIND_SAMPLE else 0x80
         hi = lo + (len(SAMPLE_NAMES) if kind == KIND_SAMPLE else len(HEALTH_NAMES))
         seen = 0
-        chans = r.channels
         for i in range(n):
             c = chans[i]
             if not lo <= c < hi:
@@ -218,6 +216,12 @@ class RecordWriter:
             if seen & bit:
                 raise ValueError("channel 0x%02x appears twice in one record" % c)
             seen |= bit
+            v = vals[i]
+            if type(v) is not int:
+                raise TypeError("reading for channel 0x%02x must be a fixed-point int, got %s"
+                                % (c, type(v).__name__))
+            if not _I32_MIN <= v <= _I32_MAX:
+                raise ValueError("reading %d for channel 0x%02x does not fit in i32" % (v, c))
 
     def _next_seq(self):
         if self.seq >= SEQ_LIMIT:
@@ -228,12 +232,11 @@ class RecordWriter:
             self.seq = 0
         return self.seq
 
-    def _write(self, kind, r):
-        self._check(kind, r)
+    def _write(self, kind, chans, vals, n):
+        self._check(kind, chans, vals, n)
         seq = self._next_seq()
         if self.json:
-            return self._write_json(kind, r, seq)
-        n = r.n
+            return self._write_json(kind, chans, vals, n, seq)
         enc = self.enc
         pos = enc.reserve(HEADER_SIZE + READING_SIZE * n)
         if pos == FULL:
@@ -244,15 +247,13 @@ class RecordWriter:
         struct.pack_into("<BBBBIIIH", buf, pos, VERSION, kind, FLAG_SYNCED if clock.synced else 0, n,
                          self.boot, seq, clock.s, clock.ms)
         pos += HEADER_SIZE
-        chans = r.channels
-        vals = r.values
         for i in range(n):
             struct.pack_into("<Bi", buf, pos, chans[i], vals[i])
             pos += READING_SIZE
         self.seq = seq + 1
         return seq
 
-    def _write_json(self, kind, r, seq):
+    def _write_json(self, kind, chans, vals, n, seq):
         # Allocates: the str, its parts and the encoded bytes (the cost of JSON).
         clock = self.clock
         clock.now()
@@ -261,8 +262,8 @@ class RecordWriter:
         else:
             names, base, kname = HEALTH_NAMES, 0x80, "health"
         parts = []
-        for i in range(r.n):
-            parts.append('"%s":%d' % (names[r.channels[i] - base], r.values[i]))
+        for i in range(n):
+            parts.append('"%s":%d' % (names[chans[i] - base], vals[i]))
         text = '{"v":1,"kind":"%s","boot":%d,"seq":%d,"ts_ms":%d,"synced":%s,"r":{%s}}' % (
             kname, self.boot, seq, (clock.s + EPOCH_2020_UNIX) * 1000 + clock.ms,
             "true" if clock.synced else "false", ",".join(parts))

@@ -6,7 +6,10 @@
 # ioctl(6, block) erases a block to 0xFF. Every program and erase is one
 # "operation"; cut_after(n) lets n operations complete and cuts the power in the
 # (n+1)th: with torn=True the first half of that operation reaches the flash
-# (a torn program or erase), then PowerCut is raised. After the cut the device is
+# (a torn program or erase), then PowerCut is raised. (MicroPython's block device
+# layer passes an exception from writeblocks through, but turns one from ioctl
+# into an error code: a cut erase reaches the firmware as littlefs' OSError.
+# Check `dead` to know the cut happened.) After the cut the device is
 # dead: further programs and erases are ignored, reads still see the image, and
 # `image` is what a remount after power-up sees.
 import os

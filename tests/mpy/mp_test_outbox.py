@@ -216,6 +216,40 @@ def test_drop_oldest_counts_records_and_count_survives_reboot():
         ob.close()
 
 
+def test_dropped_report_is_per_boot_and_carries_unreported_drops():
+    """dropped_report() restarts each boot (docs/records.md: "since boot") but
+    carries the drops no health record of an earlier boot got to carry, so the
+    sum over boots of each boot's highest report is the exact total."""
+    with TmpDir("ob10") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=200, max_segments=3, max_entries=2, policy=DROP_OLDEST)
+        ob = Outbox(root, **cfg)
+        assert ob.dropped_report() == 0
+        ob.append(payload(0, 50), 1, 1, 0, 0, 0)        # a health batch reporting 0: nothing persisted
+        assert "reported.0" not in os.listdir(root) and "reported.1" not in os.listdir(root)
+        for i in range(1, 7):
+            ob.append(payload(i, 50), 5, 1, i, i)
+        boot1 = ob.dropped_report()
+        assert boot1 == ob.dropped_total == 6            # segment 0: 1 + 5 records
+        ob.append(payload(7, 50), 1, 1, 7, 7, boot1)     # the health record carrying 6 is on flash
+        assert "more than dropped_report" in _raises(ValueError, ob.append, b"h", 1, 1, 8, 8, boot1 + 1)
+        ob.append(payload(8, 50), 5, 1, 8, 8)            # more drops, never reported in boot 1
+        after = ob.dropped_total
+        assert after > boot1
+        ob.close()
+        ob = Outbox(root, **cfg)                          # boot 2
+        boot2 = ob.dropped_report()
+        assert boot2 == after - boot1, (boot2, after, boot1)
+        assert boot1 + boot2 == ob.dropped_total          # sum over boots == total dropped
+        ob.append(payload(9, 50), 1, 2, 0, 0, boot2)
+        ob.rebase()                                       # the boot number moved on (seq limit)
+        assert ob.dropped_report() == 0
+        ob.close()
+        ob = Outbox(root, **cfg)
+        assert ob.dropped_report() == 0 and ob.dropped_total == boot1 + boot2
+        ob.close()
+
+
 def test_stop_policy_refuses_then_resumes_after_ack():
     with TmpDir("ob6") as d:
         root = d + "/ob"

@@ -1,0 +1,342 @@
+# MicroPython tests of firmware/mqb_record.py (run in the Unix port by tests/conftest.py).
+import gc
+import json
+import struct
+import time
+import micropython
+from array import array
+from mqb_codec import BatchEncoder, FULL, RecordTooLarge, vbi_read, vbi_size
+from mqb_boot import BootCounter
+from mqb_record import (RecordWriter, Readings, TickClock, FORMAT_JSON, SEQ_LIMIT, EPOCH_2020_UNIX,
+                        CH_TEMPERATURE, CH_HUMIDITY, CH_SUPPLY_VOLTAGE, CH_RSSI, CH_PRESSURE, CH_LIGHT,
+                        CH_FREE_HEAP, CH_OUTBOX_DEPTH, CH_DROPPED_TOTAL, CH_RECONNECTS, CH_LAST_ERROR,
+                        CH_SAMPLED_TOTAL, CH_OUTBOX_BYTES, port_epoch_to_2020)
+from outbox_util import TmpDir, alloc_over
+
+
+class Ticks:
+    """A tick source the test moves by hand (stands in for the board's ticks_ms)."""
+
+    def __init__(self, start=0):
+        self.t = start
+
+    def ms(self):
+        return self.t
+
+
+def _clock(s=123456789, ms=250, synced=True, ticks=None):
+    ticks = ticks or Ticks(1000)
+    c = TickClock(ticks.ms, time.ticks_diff)
+    c.set(s, ms, synced)
+    return c, ticks
+
+
+def _subs(enc):
+    """The sub-messages of the batch in enc, as bytes."""
+    out = []
+    pos, end = enc.headroom, enc.end
+    while pos < end:
+        n = vbi_read(enc.buf, pos, end)
+        assert n >= 0
+        pos += vbi_size(n)
+        out.append(bytes(enc.buf[pos:pos + n]))
+        pos += n
+    return out
+
+
+def _raises(exc, fn, *args):
+    try:
+        fn(*args)
+    except exc as e:
+        return str(e)
+    raise AssertionError("expected %s" % exc.__name__)
+
+
+CHANNELS = (CH_TEMPERATURE, CH_HUMIDITY, CH_SUPPLY_VOLTAGE)   # as a board's CHANNELS
+
+
+def _sample(t=2150, h=4500, v=3300):
+    """A board's sample: its CHANNELS and the array("i") its sample() fills."""
+    return CHANNELS, array("i", [t, h, v])
+
+
+def _health(r, i=0):
+    r.clear()
+    r.add(CH_FREE_HEAP, 81234 + i)
+    r.add(CH_OUTBOX_DEPTH, 3)
+    r.add(CH_DROPPED_TOTAL, 17)
+    r.add(CH_RECONNECTS, 2)
+    r.add(CH_LAST_ERROR, -113)
+    r.add(CH_SAMPLED_TOTAL, 1000 + i)
+    r.add(CH_OUTBOX_BYTES, 40960)
+    return r
+
+
+def test_binary_sample_record_field_by_field():
+    enc = BatchEncoder(bytearray(512), headroom=32)
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=7)
+    assert w.sample(*_sample()) == 0
+    rec = _subs(enc)[0]
+    assert len(rec) == 33                       # 18 + 5 x 3 (docs/records.md)
+    assert struct.unpack_from("<BBBBIIIH", rec, 0) == (1, 1, 1, 3, 7, 0, 123456789, 250)
+    assert struct.unpack_from("<BiBiBi", rec, 18) == (1, 2150, 2, 4500, 3, 3300)
+
+
+def test_health_record_shares_seq_and_carries_unsynced_flag():
+    enc = BatchEncoder(bytearray(512), headroom=32)
+    clock, ticks = _clock(s=5, ms=999, synced=False)
+    w = RecordWriter(enc, clock, boot=1)
+    r = Readings()
+    assert w.sample(*_sample(t=-5000)) == 0
+    ticks.t += 1                                 # 999 ms + 1 ms: the next second
+    _health(r)
+    assert w.health(r.channels, r.values, r.n) == 1
+    assert w.sample((CH_RSSI, CH_PRESSURE, CH_LIGHT), [-127, 120000, 0]) == 2
+    recs = _subs(enc)
+    assert struct.unpack_from("<BBBBIIIH", recs[0], 0) == (1, 1, 0, 3, 1, 0, 5, 999)
+    assert struct.unpack_from("<i", recs[0], 19)[0] == -5000
+    h = recs[1]
+    assert len(h) == 18 + 5 * 7
+    assert struct.unpack_from("<BBBBIIIH", h, 0) == (1, 2, 0, 7, 1, 1, 6, 0)
+    vals = [struct.unpack_from("<Bi", h, 18 + 5 * i) for i in range(7)]
+    assert vals == [(0x80, 81234), (0x81, 3), (0x82, 17), (0x83, 2), (0x84, -113), (0x85, 1000), (0x86, 40960)]
+    assert struct.unpack_from("<BBBB", recs[2], 0) == (1, 1, 0, 3)
+    r.clear()
+    assert w.health(r.channels, r.values, r.n) == 3 and len(_subs(enc)[3]) == 18   # zero readings: valid
+    assert w.sample(CHANNELS, array("i", [1, 2, 3]), 2) == 4 and len(_subs(enc)[4]) == 28  # n of them
+
+
+def test_full_batch_returns_FULL_and_uses_no_seq():
+    enc = BatchEncoder(bytearray(32 + 70), headroom=32)      # 70-byte payload: two 34-byte sub-messages
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=2)
+    c, v = _sample()
+    assert w.sample(c, v) == 0 and w.sample(c, v) == 1
+    assert w.sample(c, v) == FULL and w.sample(c, v) == FULL
+    assert w.seq == 2 and enc.count == 2
+    enc.reset()
+    assert w.sample(c, v) == 2
+    assert struct.unpack_from("<I", _subs(enc)[0], 8)[0] == 2
+    tiny = BatchEncoder(bytearray(32 + 30), headroom=32)
+    w2 = RecordWriter(tiny, clock, boot=2)
+    msg = _raises(RecordTooLarge, w2.sample, c, v)
+    assert "33 bytes" in msg, msg
+    assert w2.seq == 0 and tiny.count == 0
+
+
+def test_bad_readings_get_clear_errors():
+    enc = BatchEncoder(bytearray(512), headroom=32)
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=1)
+    assert "0x80 not allowed in a sample" in _raises(ValueError, w.sample, (CH_FREE_HEAP,), [1])
+    assert "0x01 not allowed in a health" in _raises(ValueError, w.health, (CH_TEMPERATURE,), [1])
+    assert "0x07 not allowed" in _raises(ValueError, w.sample, (7,), [1])
+    assert "appears twice" in _raises(ValueError, w.sample, (1, 2, 1), [1, 2, 3])
+    assert "fixed-point int" in _raises(TypeError, w.sample, (1, 2), [2150, 21.5])
+    assert "i32" in _raises(ValueError, w.sample, (2,), [1 << 31])
+    assert "must hold them" in _raises(ValueError, w.sample, (1, 2, 3), [1, 2])
+    assert "0..32 allowed" in _raises(ValueError, w.health, bytes(40), [0] * 40)
+    r = Readings()
+    assert "u8" in _raises(ValueError, r.add, 256, 1)
+    assert "1..32" in _raises(ValueError, Readings, 33)
+    small = Readings(2)
+    small.add(CH_TEMPERATURE, 1)
+    small.add(CH_HUMIDITY, 1)
+    assert "at most 2" in _raises(ValueError, small.add, CH_LIGHT, 1)
+    assert "record_format" in _raises(ValueError, RecordWriter, enc, clock, 1, "xml")
+    assert enc.count == 0 and w.seq == 0          # nothing was written, no seq used
+
+
+def test_clock_advances_with_ticks_and_resyncs():
+    clock, ticks = _clock(s=100, ms=0)
+    ticks.t += 999
+    clock.now()
+    assert (clock.s, clock.ms) == (100, 999)
+    ticks.t += 1
+    clock.now()
+    assert (clock.s, clock.ms) == (101, 0)
+    ticks.t += 3600 * 1000 + 5
+    clock.now()
+    assert (clock.s, clock.ms) == (3701, 5)
+    clock.set(50, 10, True)                        # a resync may move time back: it is the truth
+    clock.now()
+    assert (clock.s, clock.ms, clock.synced) == (50, 10, True)
+    assert "outside 0..999" in _raises(ValueError, clock.set, 1, 1000, True)
+    assert "2054" in _raises(ValueError, clock.set, 1 << 30, 0, True)
+
+
+def test_clock_on_a_32bit_tick_source_wraps_and_stays_below_2_30():
+    """Emulate a 32-bit port: ticks_ms wraps at 2**30, ticks_diff is signed 2**29.
+    Over 3000 steps of up to 2**29-1 ms across many wraps, s/ms match an exact
+    model and no value the clock computes reaches 2**30 (no bigint on 32-bit)."""
+    PERIOD = 1 << 30
+    HALF = 1 << 29
+    state = {"abs": PERIOD - 1500, "max_d": 0}      # absolute ms, starts just before a wrap
+
+    def ticks_ms():
+        return state["abs"] % PERIOD
+
+    def ticks_diff(a, b):
+        d = ((a - b + HALF) % PERIOD) - HALF
+        if abs(d) > state["max_d"]:
+            state["max_d"] = abs(d)
+        return d
+
+    c = TickClock(ticks_ms, ticks_diff)
+    s0, ms0 = 100000000, 123
+    c.set(s0, ms0, True)
+    start = state["abs"]
+    x = 12345
+    wraps = 0
+    for i in range(3000):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        step = x % 1000 if i % 3 else x % HALF       # small steps and steps up to 2**29-1
+        before = state["abs"] // PERIOD
+        state["abs"] += step
+        wraps += state["abs"] // PERIOD - before
+        c.now()
+        total = ms0 + state["abs"] - start
+        assert (c.s, c.ms) == (s0 + total // 1000, total % 1000), i
+        assert 0 <= c.s < PERIOD and 0 <= c.ms < 1000 and 0 <= c._t < PERIOD
+    assert state["max_d"] < HALF and ms0 + state["max_d"] < PERIOD   # the largest sum now() forms
+    assert wraps > 100, wraps
+    print("CLOCK_32BIT_EMULATION steps 3000, tick wraps %d, largest delta %d ms, final s %d" % (wraps, state["max_d"], c.s))
+    # a gap longer than half the tick period cannot be measured: counted as 0, time stays monotonic
+    s, ms = c.s, c.ms
+    state["abs"] += HALF + 10
+    c.now()
+    assert (c.s, c.ms) == (s, ms)
+    # and now() under heap_lock: nothing allocated
+    micropython.heap_lock()
+    try:
+        for i in range(1000):
+            state["abs"] += 7
+            c.now()
+    finally:
+        micropython.heap_unlock()
+    assert (c.s * 1000 + c.ms) - (s * 1000 + ms) == 7000
+
+
+def test_set_from_rtc_on_the_unix_port():
+    assert port_epoch_to_2020() == EPOCH_2020_UNIX       # the Unix port counts from 1970
+    c = TickClock()
+    c.set_from_rtc(True)
+    now = time.time_ns()
+    c.now()
+    got_ms = (c.s + EPOCH_2020_UNIX) * 1000 + c.ms
+    assert abs(now // 1000000 - got_ms) < 2000, (now // 1000000, got_ms)
+    assert c.synced is True
+
+
+def _run_records(w, r, vals, n):
+    """The steady-state loop: every 10th record a health record (Readings), the
+    others samples (a board's CHANNELS + array("i")); reset the batch when full."""
+    enc = w.enc
+    for i in range(n):
+        if i % 10 == 9:
+            r.clear()
+            r.add(CH_FREE_HEAP, 50000 + i)
+            r.add(CH_OUTBOX_DEPTH, i & 7)
+            r.add(CH_DROPPED_TOTAL, 0)
+            r.add(CH_SAMPLED_TOTAL, i)
+            seq = w.health(r.channels, r.values, r.n)
+            if seq == FULL:
+                enc.reset()
+                seq = w.health(r.channels, r.values, r.n)
+        else:
+            vals[0] = 2000 + (i & 255)
+            vals[1] = 4000 + (i & 511)
+            vals[2] = 3300 - (i & 63)
+            seq = w.sample(CHANNELS, vals)
+            if seq == FULL:
+                enc.reset()
+                seq = w.sample(CHANNELS, vals)
+        if seq < 0:
+            raise AssertionError("record %d not written: %d" % (i, seq))
+
+
+def test_10000_binary_records_allocate_nothing_gc_disabled():
+    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
+    clock = TickClock()                      # the real ticks_ms of the port
+    clock.set_from_rtc(True)
+    w = RecordWriter(enc, clock, boot=3)
+    r = Readings()
+    vals = array("i", [0, 0, 0])
+    _run_records(w, r, vals, 10)             # warm up
+    n = alloc_over(1, lambda i: _run_records(w, r, vals, 10000))
+    print("RECORD_ALLOC_BYTES binary: %d bytes over 10000 records (9000 samples x 3 readings, 1000 health x 4)" % n)
+    assert n == 0, n
+    assert w.seq == 10010
+
+
+def test_10000_binary_records_under_heap_lock():
+    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
+    clock = TickClock()
+    clock.set_from_rtc(True)
+    w = RecordWriter(enc, clock, boot=3)
+    r = Readings()
+    vals = array("i", [0, 0, 0])
+    _run_records(w, r, vals, 10)
+    us = [0] * 5                                 # preallocated: nothing may allocate below
+    micropython.heap_lock()
+    try:
+        for block in range(5):                   # 5 x 2000 = 10000 records
+            t0 = time.ticks_us()
+            _run_records(w, r, vals, 2000)
+            us[block] = time.ticks_diff(time.ticks_us(), t0)
+    finally:
+        micropython.heap_unlock()
+    assert w.seq == 10010
+    us.sort()
+    print("RECORD_TIME binary, per record (5 blocks of 2000, heap locked, Unix port on the host CPU, not a "
+          "board figure): median %.1f us, min %.1f, max %.1f" % (us[2] / 2000, us[0] / 2000, us[4] / 2000))
+
+
+def test_seq_limit_starts_a_new_boot_epoch():
+    with TmpDir("rec") as d:
+        bc = BootCounter(d + "/boot")
+        boot = bc.next()
+        enc = BatchEncoder(bytearray(512), headroom=32)
+        clock, ticks = _clock()
+        w = RecordWriter(enc, clock, boot, renew_boot=bc.next)
+        c, v = _sample()
+        w.seq = SEQ_LIMIT - 1
+        assert w.sample(c, v) == SEQ_LIMIT - 1 and w.boot == boot
+        assert w.sample(c, v) == 0 and w.boot == boot + 1 and bc.value == boot + 1
+        recs = _subs(enc)
+        assert struct.unpack_from("<II", recs[0], 4) == (boot, SEQ_LIMIT - 1)
+        assert struct.unpack_from("<II", recs[1], 4) == (boot + 1, 0)
+        w2 = RecordWriter(enc, clock, 9)
+        w2.seq = SEQ_LIMIT
+        assert "renew_boot" in _raises(RuntimeError, w2.sample, c, v)
+
+
+def test_json_records_and_their_cost():
+    enc = BatchEncoder(bytearray(2048), headroom=32)
+    clock, ticks = _clock(s=123456789, ms=123, synced=True)
+    w = RecordWriter(enc, clock, boot=3, record_format=FORMAT_JSON)
+    assert w.sample((CH_TEMPERATURE, CH_SUPPLY_VOLTAGE), [2150, 3300]) == 0
+    r = _health(Readings())
+    assert w.health(r.channels, r.values, r.n) == 1
+    text = _subs(enc)
+    assert text[0] == (b'{"v":1,"kind":"sample","boot":3,"seq":0,"ts_ms":%d,"synced":true,'
+                       b'"r":{"temperature":2150,"supply_voltage":3300}}' % ((123456789 + EPOCH_2020_UNIX) * 1000 + 123))
+    h = json.loads(text[1])
+    assert h["kind"] == "health" and h["seq"] == 1 and h["r"]["last_error"] == -113
+    assert sorted(h["r"]) == sorted(["free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
+                                     "sampled_total", "outbox_bytes"])
+    small = BatchEncoder(bytearray(32 + 250), headroom=32)   # one ~130-byte JSON sample, not two
+    wj = RecordWriter(small, clock, boot=3, record_format=FORMAT_JSON)
+    c, v = _sample()
+    assert wj.sample(c, v) == 0 and wj.sample(c, v) == FULL and wj.seq == 1
+    big = BatchEncoder(bytearray(65536 + 64), headroom=64, max_payload_bytes=65536, max_count=100)
+    wj = RecordWriter(big, clock, boot=3, record_format=FORMAT_JSON)
+
+    def one(i):
+        if wj.sample(c, v) == FULL:
+            raise AssertionError("batch full")
+    n = alloc_over(50, one)
+    print("RECORD_ALLOC_BYTES json: %d bytes per sample record with 3 readings (mean of 50: total %d)"
+          % (n // 50, n))
+    assert n > 0   # JSON allocates: the documented cost
