@@ -5,15 +5,9 @@ import struct
 from binascii import crc32
 from mqb_boot import BootCounter, SlotCounter, SLOT_SIZE
 from lfs_flash import RAMFlash, formatted_image, mount, unmount
-from outbox_util import TmpDir
+from outbox_util import TmpDir, raises
 
 
-def _raises(exc, fn, *args):
-    try:
-        fn(*args)
-    except exc as e:
-        return e
-    raise AssertionError("expected %s" % exc.__name__)
 
 
 def _slot(tag, value):
@@ -79,7 +73,7 @@ def test_an_io_error_is_not_taken_for_a_missing_slot():
         BootCounter(p).next()
         os.remove(p + ".1")
         os.mkdir(p + ".1")                     # open() of a directory fails with EISDIR
-        e = _raises(OSError, BootCounter, p)
+        e = raises(OSError, BootCounter, p)
         assert e.args[0] == 21, e.args
         os.rmdir(p + ".1")
         assert BootCounter(p).next() == 2      # slot 1 (value 2) is gone for real: 2 was...
@@ -91,12 +85,12 @@ def test_slot_counter_refuses_to_go_back():
     with TmpDir("boot4") as d:
         c = SlotCounter(d + "/c", b"TEST")
         c.store(10)
-        e = _raises(ValueError, c.store, 9)
+        e = raises(ValueError, c.store, 9)
         assert "must be >= current 10" in str(e), e
         c.store(10)
         assert SlotCounter(d + "/c", b"TEST").value == 10
-        assert "4 bytes" in str(_raises(ValueError, SlotCounter, d + "/c", b"LONGTAG"))
-        assert "<= 4294967295" in str(_raises(ValueError, c.store, 1 << 32))
+        assert "4 bytes" in str(raises(ValueError, SlotCounter, d + "/c", b"LONGTAG"))
+        assert "<= 4294967295" in str(raises(ValueError, c.store, 1 << 32))
 
 
 def _boot_ops(image):

@@ -10,15 +10,9 @@ from mqb_boot import BootCounter
 from mqb_outbox import (Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP,
                         SEG_HEADER_SIZE, ENTRY_HEADER_SIZE)
 from lfs_flash import RAMFlash, PowerCut, formatted_image, mount, unmount
-from outbox_util import TmpDir, payload, alloc_over
+from outbox_util import TmpDir, payload, alloc_over, str_raises
 
 
-def _raises(exc, fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except exc as e:
-        return str(e)
-    raise AssertionError("expected %s" % exc.__name__)
 
 
 def _pending(ob):
@@ -232,7 +226,7 @@ def test_dropped_report_is_per_boot_and_carries_unreported_drops():
         boot1 = ob.dropped_report()
         assert boot1 == ob.dropped_total == 6            # segment 0: 1 + 5 records
         ob.append(payload(7, 50), 1, 1, 7, 7, boot1)     # the health record carrying 6 is on flash
-        assert "more than dropped_report" in _raises(ValueError, ob.append, b"h", 1, 1, 8, 8, boot1 + 1)
+        assert "more than dropped_report" in str_raises(ValueError, ob.append, b"h", 1, 1, 8, 8, boot1 + 1)
         ob.append(payload(8, 50), 5, 1, 8, 8)            # more drops, never reported in boot 1
         after = ob.dropped_total
         assert after > boot1
@@ -270,18 +264,18 @@ def test_stop_policy_refuses_then_resumes_after_ack():
 def test_bad_input_gets_clear_errors():
     with TmpDir("ob7") as d:
         root = d + "/ob"
-        msg = _raises(ValueError, Outbox, root, segment_size=40)
+        msg = str_raises(ValueError, Outbox, root, segment_size=40)
         assert "segment_size 40" in msg, msg
-        assert "at least 2" in _raises(ValueError, Outbox, root, max_segments=1)
-        assert "max_entries" in _raises(ValueError, Outbox, root, max_entries=0)
-        assert "policy" in _raises(ValueError, Outbox, root, policy="keep")
-        assert "cannot fit" in _raises(ValueError, Outbox, root, segment_size=(1 << 30) - 1, max_segments=1 << 20)
+        assert "at least 2" in str_raises(ValueError, Outbox, root, max_segments=1)
+        assert "max_entries" in str_raises(ValueError, Outbox, root, max_entries=0)
+        assert "policy" in str_raises(ValueError, Outbox, root, policy="keep")
+        assert "cannot fit" in str_raises(ValueError, Outbox, root, segment_size=(1 << 30) - 1, max_segments=1 << 20)
         ob = Outbox(root, segment_size=200, max_segments=2, max_entries=4)
-        msg = _raises(ValueError, ob.append, bytes(149), 1)
+        msg = str_raises(ValueError, ob.append, bytes(149), 1)
         assert "149 bytes" in msg and "max payload 148" in msg, msg
         assert ob.append(bytes(148), 1) == 0
-        assert "records" in _raises(ValueError, ob.append, b"x", 70000)
-        assert "records" in _raises(ValueError, ob.count_dropped, -1)
+        assert "records" in str_raises(ValueError, ob.append, b"x", 70000)
+        assert "records" in str_raises(ValueError, ob.count_dropped, -1)
         ob.close()
         # a smaller configuration than what is on flash is refused, not truncated
         root = d + "/ob2"
@@ -290,9 +284,9 @@ def test_bad_input_gets_clear_errors():
             ob.append(bytes(10), 1)        # 4 entries of 42 bytes per segment
         ob.close()
         assert len(_segment_files(root)) == 3
-        msg = _raises(ValueError, Outbox, root, segment_size=200, max_segments=2, max_entries=4)
+        msg = str_raises(ValueError, Outbox, root, segment_size=200, max_segments=2, max_entries=4)
         assert "larger max_segments" in msg, msg
-        msg = _raises(ValueError, Outbox, root, segment_size=200, max_segments=4, max_entries=2)
+        msg = str_raises(ValueError, Outbox, root, segment_size=200, max_segments=4, max_entries=2)
         assert "larger max_entries" in msg, msg
         ob = Outbox(root, segment_size=200, max_segments=4, max_entries=4)
         assert len(_pending(ob)) == 12

@@ -11,7 +11,7 @@ from mqb_record import (RecordWriter, Readings, TickClock, FORMAT_JSON, SEQ_LIMI
                         CH_TEMPERATURE, CH_HUMIDITY, CH_SUPPLY_VOLTAGE, CH_RSSI, CH_PRESSURE, CH_LIGHT,
                         CH_FREE_HEAP, CH_OUTBOX_DEPTH, CH_DROPPED_TOTAL, CH_RECONNECTS, CH_LAST_ERROR,
                         CH_SAMPLED_TOTAL, CH_OUTBOX_BYTES, port_epoch_to_2020)
-from outbox_util import TmpDir, alloc_over
+from outbox_util import TmpDir, alloc_over, str_raises
 
 
 class Ticks:
@@ -44,12 +44,6 @@ def _subs(enc):
     return out
 
 
-def _raises(exc, fn, *args):
-    try:
-        fn(*args)
-    except exc as e:
-        return str(e)
-    raise AssertionError("expected %s" % exc.__name__)
 
 
 CHANNELS = (CH_TEMPERATURE, CH_HUMIDITY, CH_SUPPLY_VOLTAGE)   # as a board's CHANNELS
@@ -120,7 +114,7 @@ def test_full_batch_returns_FULL_and_uses_no_seq():
     assert struct.unpack_from("<I", _subs(enc)[0], 8)[0] == 2
     tiny = BatchEncoder(bytearray(32 + 30), headroom=32)
     w2 = RecordWriter(tiny, clock, boot=2)
-    msg = _raises(RecordTooLarge, w2.sample, c, v)
+    msg = str_raises(RecordTooLarge, w2.sample, c, v)
     assert "33 bytes" in msg, msg
     assert w2.seq == 0 and tiny.count == 0
 
@@ -129,22 +123,22 @@ def test_bad_readings_get_clear_errors():
     enc = BatchEncoder(bytearray(512), headroom=32)
     clock, ticks = _clock()
     w = RecordWriter(enc, clock, boot=1)
-    assert "0x80 not allowed in a sample" in _raises(ValueError, w.sample, (CH_FREE_HEAP,), [1])
-    assert "0x01 not allowed in a health" in _raises(ValueError, w.health, (CH_TEMPERATURE,), [1])
-    assert "0x07 not allowed" in _raises(ValueError, w.sample, (7,), [1])
-    assert "appears twice" in _raises(ValueError, w.sample, (1, 2, 1), [1, 2, 3])
-    assert "fixed-point int" in _raises(TypeError, w.sample, (1, 2), [2150, 21.5])
-    assert "i32" in _raises(ValueError, w.sample, (2,), [1 << 31])
-    assert "must hold them" in _raises(ValueError, w.sample, (1, 2, 3), [1, 2])
-    assert "0..32 allowed" in _raises(ValueError, w.health, bytes(40), [0] * 40)
+    assert "0x80 not allowed in a sample" in str_raises(ValueError, w.sample, (CH_FREE_HEAP,), [1])
+    assert "0x01 not allowed in a health" in str_raises(ValueError, w.health, (CH_TEMPERATURE,), [1])
+    assert "0x07 not allowed" in str_raises(ValueError, w.sample, (7,), [1])
+    assert "appears twice" in str_raises(ValueError, w.sample, (1, 2, 1), [1, 2, 3])
+    assert "fixed-point int" in str_raises(TypeError, w.sample, (1, 2), [2150, 21.5])
+    assert "i32" in str_raises(ValueError, w.sample, (2,), [1 << 31])
+    assert "must hold them" in str_raises(ValueError, w.sample, (1, 2, 3), [1, 2])
+    assert "0..32 allowed" in str_raises(ValueError, w.health, bytes(40), [0] * 40)
     r = Readings()
-    assert "u8" in _raises(ValueError, r.add, 256, 1)
-    assert "1..32" in _raises(ValueError, Readings, 33)
+    assert "u8" in str_raises(ValueError, r.add, 256, 1)
+    assert "1..32" in str_raises(ValueError, Readings, 33)
     small = Readings(2)
     small.add(CH_TEMPERATURE, 1)
     small.add(CH_HUMIDITY, 1)
-    assert "at most 2" in _raises(ValueError, small.add, CH_LIGHT, 1)
-    assert "record_format" in _raises(ValueError, RecordWriter, enc, clock, 1, "xml")
+    assert "at most 2" in str_raises(ValueError, small.add, CH_LIGHT, 1)
+    assert "record_format" in str_raises(ValueError, RecordWriter, enc, clock, 1, "xml")
     assert enc.count == 0 and w.seq == 0          # nothing was written, no seq used
 
 
@@ -162,8 +156,8 @@ def test_clock_advances_with_ticks_and_resyncs():
     clock.set(50, 10, True)                        # a resync may move time back: it is the truth
     clock.now()
     assert (clock.s, clock.ms, clock.synced) == (50, 10, True)
-    assert "outside 0..999" in _raises(ValueError, clock.set, 1, 1000, True)
-    assert "2054" in _raises(ValueError, clock.set, 1 << 30, 0, True)
+    assert "outside 0..999" in str_raises(ValueError, clock.set, 1, 1000, True)
+    assert "2054" in str_raises(ValueError, clock.set, 1 << 30, 0, True)
 
 
 def test_clock_on_a_32bit_tick_source_wraps_and_stays_below_2_30():
@@ -309,7 +303,7 @@ def test_seq_limit_starts_a_new_boot_epoch():
         assert struct.unpack_from("<II", recs[1], 4) == (boot + 1, 0)
         w2 = RecordWriter(enc, clock, 9)
         w2.seq = SEQ_LIMIT
-        assert "renew_boot" in _raises(RuntimeError, w2.sample, c, v)
+        assert "renew_boot" in str_raises(RuntimeError, w2.sample, c, v)
 
 
 def test_json_records_and_their_cost():

@@ -38,6 +38,20 @@ def rmtree(path):
     os.rmdir(path)
 
 
+def raises(exc, fn, *args, **kw):
+    """The exception fn(*args, **kw) raises, which must be an exc."""
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("expected %s from %s" % (exc.__name__, fn))
+
+
+def str_raises(exc, fn, *args, **kw):
+    """The message of the exc that fn(*args, **kw) raises."""
+    return str(raises(exc, fn, *args, **kw))
+
+
 def payload(seed, n):
     """n deterministic bytes for seed (a different seed gives different bytes)."""
     b = bytearray(n)
