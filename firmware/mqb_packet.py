@@ -1,0 +1,656 @@
+# mqb_packet: MQTT 5.0 packets for a publishing client. Pure serialisation, no I/O.
+#
+# Builders write into caller-owned buffers and return positions; parsers read
+# from a buffer and return a reason code (>= 0) or a negative E_* value naming
+# what is malformed. Nothing on the publish/ack path allocates: the PUBLISH
+# header is written right-aligned in front of the batch payload (see
+# mqb_codec.BatchEncoder's headroom) and acks are decoded to plain integers.
+#
+# Section numbers refer to the MQTT Version 5.0 OASIS Standard.
+from micropython import const
+from mqb_codec import vbi_size, vbi_write, vbi_read, VBI_MAX
+
+# -- control packet types (2.1.2) ---------------------------------------------
+CONNECT = const(1)
+CONNACK = const(2)
+PUBLISH = const(3)
+PUBACK = const(4)
+PUBREC = const(5)
+PUBREL = const(6)
+PUBCOMP = const(7)
+SUBSCRIBE = const(8)
+SUBACK = const(9)
+UNSUBSCRIBE = const(10)
+UNSUBACK = const(11)
+PINGREQ = const(12)
+PINGRESP = const(13)
+DISCONNECT = const(14)
+AUTH = const(15)
+
+PACKET_NAMES = ("reserved", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
+                "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "AUTH")
+
+# -- property identifiers (2.2.2.2) -------------------------------------------
+P_PAYLOAD_FORMAT = const(0x01)
+P_MESSAGE_EXPIRY = const(0x02)
+P_CONTENT_TYPE = const(0x03)
+P_RESPONSE_TOPIC = const(0x08)
+P_CORRELATION_DATA = const(0x09)
+P_SUBSCRIPTION_ID = const(0x0B)
+P_SESSION_EXPIRY = const(0x11)
+P_ASSIGNED_CLIENT_ID = const(0x12)
+P_SERVER_KEEP_ALIVE = const(0x13)
+P_AUTH_METHOD = const(0x15)
+P_AUTH_DATA = const(0x16)
+P_REQUEST_PROBLEM_INFO = const(0x17)
+P_WILL_DELAY = const(0x18)
+P_REQUEST_RESPONSE_INFO = const(0x19)
+P_RESPONSE_INFO = const(0x1A)
+P_SERVER_REFERENCE = const(0x1C)
+P_REASON_STRING = const(0x1F)
+P_RECEIVE_MAXIMUM = const(0x21)
+P_TOPIC_ALIAS_MAXIMUM = const(0x22)
+P_TOPIC_ALIAS = const(0x23)
+P_MAXIMUM_QOS = const(0x24)
+P_RETAIN_AVAILABLE = const(0x25)
+P_USER_PROPERTY = const(0x26)
+P_MAXIMUM_PACKET_SIZE = const(0x27)
+P_WILDCARD_SUB_AVAILABLE = const(0x28)
+P_SUB_ID_AVAILABLE = const(0x29)
+P_SHARED_SUB_AVAILABLE = const(0x2A)
+
+# Value type of each property id 0x00..0x2A: 0 unknown, 1 byte, 2 two-byte int,
+# 4 four-byte int, 5 VBI, 6 UTF-8 string, 7 binary data, 8 string pair.
+_PTYPE = bytes((0, 1, 4, 6, 0, 0, 0, 0, 6, 7, 0, 5, 0, 0, 0, 0,
+                0, 4, 6, 2, 0, 6, 7, 1, 4, 1, 6, 0, 6, 0, 0, 6,
+                0, 2, 2, 2, 1, 1, 8, 4, 1, 1, 1))
+
+# Properties a server may send in each packet (2.2.2.2, 3.x.2.2).
+CONNACK_PROPS = bytes((P_SESSION_EXPIRY, P_RECEIVE_MAXIMUM, P_MAXIMUM_QOS, P_RETAIN_AVAILABLE,
+                       P_MAXIMUM_PACKET_SIZE, P_ASSIGNED_CLIENT_ID, P_TOPIC_ALIAS_MAXIMUM, P_REASON_STRING,
+                       P_USER_PROPERTY, P_WILDCARD_SUB_AVAILABLE, P_SUB_ID_AVAILABLE, P_SHARED_SUB_AVAILABLE,
+                       P_SERVER_KEEP_ALIVE, P_RESPONSE_INFO, P_SERVER_REFERENCE, P_AUTH_METHOD, P_AUTH_DATA))
+ACK_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY))
+# a server MUST NOT send Session Expiry Interval in DISCONNECT (3.14.2.2.2): not listed
+DISCONNECT_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY, P_SERVER_REFERENCE))
+
+# -- reason codes (2.4) -------------------------------------------------------
+SUCCESS = const(0x00)
+NO_MATCHING_SUBSCRIBERS = const(0x10)
+UNSPECIFIED_ERROR = const(0x80)
+MALFORMED_PACKET = const(0x81)
+PROTOCOL_ERROR = const(0x82)
+IMPLEMENTATION_SPECIFIC_ERROR = const(0x83)
+UNSUPPORTED_PROTOCOL_VERSION = const(0x84)
+CLIENT_ID_NOT_VALID = const(0x85)
+BAD_USERNAME_OR_PASSWORD = const(0x86)
+NOT_AUTHORIZED = const(0x87)
+SERVER_UNAVAILABLE = const(0x88)
+SERVER_BUSY = const(0x89)
+BANNED = const(0x8A)
+SERVER_SHUTTING_DOWN = const(0x8B)
+BAD_AUTH_METHOD = const(0x8C)
+KEEP_ALIVE_TIMEOUT = const(0x8D)
+SESSION_TAKEN_OVER = const(0x8E)
+TOPIC_NAME_INVALID = const(0x90)
+PACKET_ID_IN_USE = const(0x91)
+PACKET_ID_NOT_FOUND = const(0x92)
+RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
+TOPIC_ALIAS_INVALID = const(0x94)
+PACKET_TOO_LARGE = const(0x95)
+MESSAGE_RATE_TOO_HIGH = const(0x96)
+QUOTA_EXCEEDED = const(0x97)
+ADMINISTRATIVE_ACTION = const(0x98)
+PAYLOAD_FORMAT_INVALID = const(0x99)
+RETAIN_NOT_SUPPORTED = const(0x9A)
+QOS_NOT_SUPPORTED = const(0x9B)
+USE_ANOTHER_SERVER = const(0x9C)
+SERVER_MOVED = const(0x9D)
+CONNECTION_RATE_EXCEEDED = const(0x9F)
+
+REASON_NAMES = {
+    0x00: "Success", 0x04: "Disconnect with Will Message", 0x10: "No matching subscribers",
+    0x80: "Unspecified error", 0x81: "Malformed Packet", 0x82: "Protocol Error",
+    0x83: "Implementation specific error", 0x84: "Unsupported Protocol Version",
+    0x85: "Client Identifier not valid", 0x86: "Bad User Name or Password", 0x87: "Not authorized",
+    0x88: "Server unavailable", 0x89: "Server busy", 0x8A: "Banned", 0x8B: "Server shutting down",
+    0x8C: "Bad authentication method", 0x8D: "Keep Alive timeout", 0x8E: "Session taken over",
+    0x8F: "Topic Filter invalid", 0x90: "Topic Name invalid", 0x91: "Packet Identifier in use",
+    0x92: "Packet Identifier not found", 0x93: "Receive Maximum exceeded", 0x94: "Topic Alias invalid",
+    0x95: "Packet too large", 0x96: "Message rate too high", 0x97: "Quota exceeded",
+    0x98: "Administrative action", 0x99: "Payload format invalid", 0x9A: "Retain not supported",
+    0x9B: "QoS not supported", 0x9C: "Use another server", 0x9D: "Server moved",
+    0x9E: "Shared Subscriptions not supported", 0x9F: "Connection rate exceeded",
+    0xA0: "Maximum connect time", 0xA1: "Subscription Identifiers not supported",
+    0xA2: "Wildcard Subscriptions not supported",
+}
+
+# Reason codes a server may send in each packet (3.2.2.2, 3.4.2.1, 3.5.2.1, 3.7.2.1, 3.14.2.1).
+CONNACK_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C,
+                       0x90, 0x95, 0x97, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9F))
+PUBACK_CODES = bytes((0x00, 0x10, 0x80, 0x83, 0x87, 0x90, 0x91, 0x97, 0x99))  # also PUBREC
+PUBCOMP_CODES = bytes((0x00, 0x92))
+DISCONNECT_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x90, 0x93,
+                          0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0,
+                          0xA1, 0xA2))
+
+
+def reason_name(code):
+    """Text name of an MQTT 5 reason code, e.g. 'Not authorized'."""
+    return REASON_NAMES.get(code, "unknown reason code")
+
+
+# -- what a parser found malformed (negative results) --------------------------
+E_TRUNCATED = const(-1)      # the packet ends inside a field
+E_TRAILING = const(-2)       # bytes left after the last field
+E_BAD_PROPERTY = const(-3)   # unknown property id, or one not allowed in this packet
+E_DUP_PROPERTY = const(-4)   # a property that may appear once appears twice
+E_BAD_VALUE = const(-5)      # a property or flag with a value the specification forbids
+E_BAD_REASON = const(-6)     # a reason code not defined for this packet
+E_BAD_FLAGS = const(-7)      # reserved fixed-header or acknowledge flags set
+E_BAD_PACKET_ID = const(-8)  # packet identifier 0
+
+ERROR_TEXT = {
+    E_TRUNCATED: "packet ends inside a field (truncated)",
+    E_TRAILING: "bytes left over after the last field",
+    E_BAD_PROPERTY: "unknown property, or property not allowed in this packet",
+    E_DUP_PROPERTY: "property that may appear only once appears twice",
+    E_BAD_VALUE: "property or flag value not allowed by the specification",
+    E_BAD_REASON: "reason code not defined for this packet",
+    E_BAD_FLAGS: "reserved flags set",
+    E_BAD_PACKET_ID: "packet identifier 0",
+}
+
+# -- small readers ------------------------------------------------------------
+
+
+def u16(buf, pos):
+    return (buf[pos] << 8) | buf[pos + 1]
+
+
+def u32(buf, pos):
+    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+
+
+def string_at(buf, pos):
+    """The UTF-8 string (2-byte length + data) at buf[pos] as str (allocates: error paths only)."""
+    n = u16(buf, pos)
+    try:
+        return bytes(buf[pos + 2:pos + 2 + n]).decode()
+    except UnicodeError:
+        return repr(bytes(buf[pos + 2:pos + 2 + n]))
+
+
+def _prop_end(buf, pos, end):
+    """Position after the property at buf[pos] (its id byte), or a negative E_*."""
+    pid = buf[pos]
+    if pid >= len(_PTYPE) or _PTYPE[pid] == 0:
+        return E_BAD_PROPERTY  # also every id >= 0x80, i.e. a multi-byte VBI id: none is defined
+    t = _PTYPE[pid]
+    pos += 1
+    if t == 1 or t == 2 or t == 4:
+        pos += t
+    elif t == 5:
+        v = vbi_read(buf, pos, end)
+        if v == -1:
+            return E_TRUNCATED
+        if v < 0:
+            return E_BAD_VALUE
+        pos += vbi_size(v)
+    else:
+        if pos + 2 > end:
+            return E_TRUNCATED
+        pos += 2 + u16(buf, pos)
+        if t == 8:
+            if pos + 2 > end:
+                return E_TRUNCATED
+            pos += 2 + u16(buf, pos)
+    if pos > end:
+        return E_TRUNCATED
+    return pos
+
+
+def props_check(buf, pos, end, allowed):
+    """Validate the property block buf[pos:end] (after its length VBI): known ids
+    that `allowed` (bytes of ids) lists, complete values, each at most once except
+    User Property. Returns 0 or a negative E_*. Allocates only if there are 2+ properties."""
+    seen = None
+    first = -1
+    while pos < end:
+        pid = buf[pos]
+        if pid not in allowed:
+            return E_BAD_PROPERTY
+        q = _prop_end(buf, pos, end)
+        if q < 0:
+            return q
+        if pid != P_USER_PROPERTY:
+            if first < 0:
+                first = pid
+            else:
+                if seen is None:
+                    seen = bytearray(len(_PTYPE))
+                    seen[first] = 1
+                if seen[pid] or pid == first:
+                    return E_DUP_PROPERTY
+                seen[pid] = 1
+        pos = q
+    return 0
+
+
+def props_find(buf, pos, end, pid):
+    """Position of the value of property `pid` in a validated block, or -1."""
+    while pos < end:
+        if buf[pos] == pid:
+            return pos + 1
+        pos = _prop_end(buf, pos, end)
+    return -1
+
+
+def prop_string(buf, pos, end, pid):
+    """A string property's value as str, or None if absent (allocates)."""
+    p = props_find(buf, pos, end, pid)
+    return None if p < 0 else string_at(buf, p)
+
+
+def props_block(buf, pos, end):
+    """For buf[pos:end] starting with a property length VBI: the position of the
+    first property, or a negative E_*. The block ends at pos + vbi_size(n) + n."""
+    n = vbi_read(buf, pos, end)
+    if n == -1:
+        return E_TRUNCATED
+    if n < 0:
+        return E_BAD_VALUE
+    start = pos + vbi_size(n)
+    if start + n > end:
+        return E_TRUNCATED
+    if start + n < end:
+        return E_TRAILING
+    return start
+
+
+# -- CONNACK (3.2) --------------------------------------------------------------
+
+
+class Connack:
+    """Everything a CONNACK said, with the specification's defaults for absent
+    properties. The client keeps one and refills it at every connect."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self):
+        self.reason = SUCCESS
+        self.session_present = False
+        self.session_expiry = None       # None: as the client asked
+        self.receive_max = 65535
+        self.max_qos = 2
+        self.retain_available = True
+        self.max_packet_size = VBI_MAX + 5  # no limit given: the protocol's own
+        self.assigned_client_id = None
+        self.topic_alias_max = 0
+        self.reason_string = None
+        self.wildcard_sub_available = True
+        self.sub_id_available = True
+        self.shared_sub_available = True
+        self.server_keep_alive = None    # None: the client's keep alive stands
+        self.response_info = None
+        self.server_reference = None
+        self.auth_method = None
+        self.user_properties = 0         # how many were sent (not kept)
+
+
+def parse_connack(buf, start, end, out):
+    """Parse a CONNACK variable header buf[start:end] into `out` (a Connack).
+    Returns the reason code (>= 0) or a negative E_*."""
+    out.clear()
+    if end - start < 3:
+        return E_TRUNCATED  # flags, reason code and property length are all required in v5
+    flags = buf[start]
+    if flags & 0xFE:
+        return E_BAD_FLAGS
+    code = buf[start + 1]
+    if code not in CONNACK_CODES:
+        return E_BAD_REASON
+    out.reason = code
+    out.session_present = bool(flags & 1)
+    if code >= 0x80 and out.session_present:
+        return E_BAD_VALUE  # [MQTT-3.2.2-6]: session present must be 0 with an error code
+    p = props_block(buf, start + 2, end)
+    if p < 0:
+        return p
+    err = props_check(buf, p, end, CONNACK_PROPS)
+    if err:
+        return err
+    while p < end:
+        pid = buf[p]
+        v = p + 1
+        if pid == P_SESSION_EXPIRY:
+            out.session_expiry = u32(buf, v)
+        elif pid == P_RECEIVE_MAXIMUM:
+            out.receive_max = u16(buf, v)
+            if out.receive_max == 0:
+                return E_BAD_VALUE
+        elif pid == P_MAXIMUM_QOS:
+            out.max_qos = buf[v]
+            if buf[v] > 1:
+                return E_BAD_VALUE  # only 0 or 1 may be sent; absent means 2
+        elif pid == P_RETAIN_AVAILABLE:
+            if buf[v] > 1:
+                return E_BAD_VALUE
+            out.retain_available = buf[v] == 1
+        elif pid == P_MAXIMUM_PACKET_SIZE:
+            out.max_packet_size = u32(buf, v)
+            if out.max_packet_size == 0:
+                return E_BAD_VALUE
+        elif pid == P_ASSIGNED_CLIENT_ID:
+            out.assigned_client_id = string_at(buf, v)
+        elif pid == P_TOPIC_ALIAS_MAXIMUM:
+            out.topic_alias_max = u16(buf, v)
+        elif pid == P_REASON_STRING:
+            out.reason_string = string_at(buf, v)
+        elif pid == P_SERVER_KEEP_ALIVE:
+            out.server_keep_alive = u16(buf, v)
+        elif pid == P_RESPONSE_INFO:
+            out.response_info = string_at(buf, v)
+        elif pid == P_SERVER_REFERENCE:
+            out.server_reference = string_at(buf, v)
+        elif pid == P_AUTH_METHOD:
+            out.auth_method = string_at(buf, v)
+        elif pid == P_USER_PROPERTY:
+            out.user_properties += 1
+        elif pid == P_WILDCARD_SUB_AVAILABLE or pid == P_SUB_ID_AVAILABLE or pid == P_SHARED_SUB_AVAILABLE:
+            if buf[v] > 1:
+                return E_BAD_VALUE
+            if pid == P_WILDCARD_SUB_AVAILABLE:
+                out.wildcard_sub_available = buf[v] == 1
+            elif pid == P_SUB_ID_AVAILABLE:
+                out.sub_id_available = buf[v] == 1
+            else:
+                out.shared_sub_available = buf[v] == 1
+        p = _prop_end(buf, p, end)
+    return code
+
+
+# -- PUBACK / PUBREC / PUBREL / PUBCOMP (3.4 - 3.7) and DISCONNECT (3.14) ---------
+
+
+def parse_ack(ptype, buf, start, end):
+    """Check an acknowledgement's variable header buf[start:end]; the packet id
+    is u16(buf, start). Returns the reason code (>= 0) or a negative E_*.
+    Allocation-free unless the packet carries two or more properties."""
+    n = end - start
+    if n < 2:
+        return E_TRUNCATED
+    if u16(buf, start) == 0:
+        return E_BAD_PACKET_ID
+    if n == 2:
+        return SUCCESS  # 3.4.2.1: no reason code means 0x00
+    code = buf[start + 2]
+    codes = PUBACK_CODES if ptype == PUBACK or ptype == PUBREC else PUBCOMP_CODES
+    if code not in codes:
+        return E_BAD_REASON
+    if n == 3:
+        return code  # no property length: no properties
+    p = props_block(buf, start + 3, end)
+    if p < 0:
+        return p
+    err = props_check(buf, p, end, ACK_PROPS)
+    return err if err else code
+
+
+def parse_disconnect(buf, start, end):
+    """Check a server DISCONNECT's variable header; returns its reason code or a negative E_*."""
+    n = end - start
+    if n == 0:
+        return SUCCESS
+    code = buf[start]
+    if code not in DISCONNECT_CODES:
+        return E_BAD_REASON
+    if n == 1:
+        return code
+    p = props_block(buf, start + 1, end)
+    if p < 0:
+        return p
+    err = props_check(buf, p, end, DISCONNECT_PROPS)
+    return err if err else code
+
+
+def ack_props_start(ptype, buf, start, end):
+    """First property position of a validated ack or DISCONNECT (end if none)."""
+    skip = 1 if ptype == DISCONNECT else 3
+    if end - start <= skip:
+        return end
+    return start + skip + vbi_size(vbi_read(buf, start + skip, end))
+
+
+# -- builders -------------------------------------------------------------------
+
+PINGREQ_PACKET = b"\xc0\x00"
+UP_BATCH_FORMAT = b"\x26\x00\x0cbatch-format\x00\x02v1"  # User Property batch-format = v1
+UP_BATCH_SIZE_KEY = b"\x26\x00\x0abatch-size"            # + 2-byte length + digits
+
+
+def _put(buf, pos, data):
+    n = len(data)
+    if buf is not None:
+        buf[pos:pos + n] = data
+    return pos + n
+
+
+def _put16(buf, pos, v):
+    if buf is not None:
+        buf[pos] = v >> 8
+        buf[pos + 1] = v & 0xFF
+    return pos + 2
+
+
+def _put32(buf, pos, v):
+    if buf is not None:
+        buf[pos] = (v >> 24) & 0xFF
+        buf[pos + 1] = (v >> 16) & 0xFF
+        buf[pos + 2] = (v >> 8) & 0xFF
+        buf[pos + 3] = v & 0xFF
+    return pos + 4
+
+
+def _putstr(buf, pos, data):
+    if len(data) > 65535:
+        raise ValueError("string or binary field longer than 65535 bytes")
+    return _put(buf, _put16(buf, pos, len(data)), data)
+
+
+def _putvbi(buf, pos, n):
+    return vbi_write(buf, pos, n) if buf is not None else pos + vbi_size(n)
+
+
+def _put8(buf, pos, v):
+    if buf is not None:
+        buf[pos] = v
+    return pos + 1
+
+
+class Will:
+    """A Will Message for CONNECT (3.1.2.5, 3.1.3.2), e.g. a retained "offline" status.
+    topic and payload are bytes (or str, encoded as UTF-8)."""
+
+    def __init__(self, topic, payload, qos=0, retain=False, delay=0, expiry=None,
+                 content_type=None, payload_format=None):
+        if qos not in (0, 1, 2):
+            raise ValueError("Will QoS must be 0, 1 or 2, got %r" % (qos,))
+        self.topic = topic.encode() if isinstance(topic, str) else topic
+        self.payload = payload.encode() if isinstance(payload, str) else payload
+        if not self.topic:
+            raise ValueError("Will topic must not be empty")
+        self.qos = qos
+        self.retain = retain
+        self.delay = delay
+        self.expiry = expiry
+        self.content_type = content_type.encode() if isinstance(content_type, str) else content_type
+        self.payload_format = payload_format
+
+
+def _will_props(buf, pos, w):
+    if w.delay:
+        pos = _put32(buf, _put8(buf, pos, P_WILL_DELAY), w.delay)
+    if w.payload_format is not None:
+        pos = _put8(buf, _put8(buf, pos, P_PAYLOAD_FORMAT), w.payload_format)
+    if w.expiry is not None:
+        pos = _put32(buf, _put8(buf, pos, P_MESSAGE_EXPIRY), w.expiry)
+    if w.content_type is not None:
+        pos = _putstr(buf, _put8(buf, pos, P_CONTENT_TYPE), w.content_type)
+    return pos
+
+
+def _connect_props(buf, pos, session_expiry, receive_max, max_packet_size):
+    if session_expiry:
+        pos = _put32(buf, _put8(buf, pos, P_SESSION_EXPIRY), session_expiry)
+    if receive_max != 65535:
+        pos = _put16(buf, _put8(buf, pos, P_RECEIVE_MAXIMUM), receive_max)
+    pos = _put32(buf, _put8(buf, pos, P_MAXIMUM_PACKET_SIZE), max_packet_size)
+    return _put16(buf, _put8(buf, pos, P_TOPIC_ALIAS_MAXIMUM), 0)  # this client accepts no aliases
+
+
+def _connect_body(buf, pos, client_id, keepalive, clean_start, session_expiry, receive_max,
+                  max_packet_size, username, password, will):
+    flags = 0x02 if clean_start else 0
+    if will is not None:
+        flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
+    if username is not None:
+        flags |= 0x80
+    if password is not None:
+        flags |= 0x40
+    pos = _put(buf, pos, b"\x00\x04MQTT\x05")
+    pos = _put8(buf, pos, flags)
+    pos = _put16(buf, pos, keepalive)
+    plen = _connect_props(None, 0, session_expiry, receive_max, max_packet_size)
+    pos = _connect_props(buf, _putvbi(buf, pos, plen), session_expiry, receive_max, max_packet_size)
+    pos = _putstr(buf, pos, client_id)
+    if will is not None:
+        wlen = _will_props(None, 0, will)
+        pos = _will_props(buf, _putvbi(buf, pos, wlen), will)
+        pos = _putstr(buf, _putstr(buf, pos, will.topic), will.payload)
+    if username is not None:
+        pos = _putstr(buf, pos, username)
+    if password is not None:
+        pos = _putstr(buf, pos, password)
+    return pos
+
+
+def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_max, max_packet_size,
+                   username=None, password=None, will=None):
+    """A complete CONNECT packet (3.1) as a new bytearray (connects are rare: this allocates).
+    client_id/username/password are bytes. Topic Alias Maximum is sent as 0."""
+    if not 0 <= keepalive <= 65535:
+        raise ValueError("keep alive must be 0..65535 s, got %d" % keepalive)
+    if not 1 <= receive_max <= 65535:
+        raise ValueError("Receive Maximum must be 1..65535, got %d" % receive_max)
+    args = (client_id, keepalive, clean_start, session_expiry, receive_max, max_packet_size,
+            username, password, will)
+    rem = _connect_body(None, 0, *args)
+    buf = bytearray(1 + vbi_size(rem) + rem)
+    buf[0] = CONNECT << 4
+    end = _connect_body(buf, vbi_write(buf, 1, rem), *args)
+    assert end == len(buf)
+    return buf
+
+
+def publish_props_len(count_digits, alias, expiry, content_type, payload_format):
+    """Property bytes of a batch PUBLISH (without the property-length VBI).
+    alias 0 = none; expiry/payload_format None = absent; content_type bytes or None."""
+    n = len(UP_BATCH_FORMAT) + len(UP_BATCH_SIZE_KEY) + 2 + count_digits
+    if alias:
+        n += 3
+    if expiry is not None:
+        n += 5
+    if content_type is not None:
+        n += 3 + len(content_type)
+    if payload_format is not None:
+        n += 2
+    return n
+
+
+def publish_header_len(topic_len, qos, props_len, payload_len):
+    """Bytes in front of the payload: fixed header, Remaining Length, topic,
+    packet id and properties. The whole packet is this + payload_len."""
+    vh = 2 + topic_len + (2 if qos else 0) + vbi_size(props_len) + props_len
+    return 1 + vbi_size(vh + payload_len) + vh
+
+
+def write_publish_header(buf, end, flags, topic, topic_len, pid, alias, expiry, content_type,
+                         payload_format, enc):
+    """Write a batch PUBLISH header into buf so that it ends exactly at `end`
+    (the encoder's headroom), in front of the enc.payload_len payload bytes.
+    flags: DUP 0x08 | QoS << 1 | RETAIN 0x01. topic_len is len(topic), or 0 to
+    send an empty name with the alias. Returns the start position of the packet.
+    Allocation-free. Raises ValueError if the headroom is too small."""
+    qos = (flags >> 1) & 3
+    props = publish_props_len(enc.count_digits(), alias, expiry, content_type, payload_format)
+    start = end - publish_header_len(topic_len, qos, props, enc.payload_len)
+    if start < 0:
+        raise ValueError("PUBLISH header needs %d bytes, encoder headroom is %d" % (end - start, end))
+    buf[start] = (PUBLISH << 4) | flags
+    vh = 2 + topic_len + (2 if qos else 0) + vbi_size(props) + props
+    p = vbi_write(buf, start + 1, vh + enc.payload_len)
+    buf[p] = topic_len >> 8
+    buf[p + 1] = topic_len & 0xFF
+    p += 2
+    if topic_len:
+        buf[p:p + topic_len] = topic
+        p += topic_len
+    if qos:
+        buf[p] = pid >> 8
+        buf[p + 1] = pid & 0xFF
+        p += 2
+    p = vbi_write(buf, p, props)
+    if payload_format is not None:
+        buf[p] = P_PAYLOAD_FORMAT
+        buf[p + 1] = payload_format
+        p += 2
+    if expiry is not None:
+        buf[p] = P_MESSAGE_EXPIRY
+        p = _put32(buf, p + 1, expiry)
+    if alias:
+        buf[p] = P_TOPIC_ALIAS
+        buf[p + 1] = alias >> 8
+        buf[p + 2] = alias & 0xFF
+        p += 3
+    if content_type is not None:
+        buf[p] = P_CONTENT_TYPE
+        p = _putstr(buf, p + 1, content_type)
+    n = len(UP_BATCH_FORMAT)
+    buf[p:p + n] = UP_BATCH_FORMAT
+    p += n
+    n = len(UP_BATCH_SIZE_KEY)
+    buf[p:p + n] = UP_BATCH_SIZE_KEY
+    p += n
+    d = enc.count_digits()
+    buf[p] = 0
+    buf[p + 1] = d
+    p = enc.write_count(buf, p + 2)
+    if p != end:
+        raise ValueError("PUBLISH header size mismatch: wrote to %d, expected %d" % (p, end))
+    return start
+
+
+def ack_packet(buf, ptype, pid, reason=0):
+    """Write PUBREL (or another 4/5-byte ack) into buf[0:]; return its length."""
+    buf[0] = (ptype << 4) | (2 if ptype == PUBREL else 0)
+    buf[2] = pid >> 8
+    buf[3] = pid & 0xFF
+    if reason:
+        buf[1] = 3
+        buf[4] = reason
+        return 5
+    buf[1] = 2
+    return 4
+
+
+def disconnect_packet(buf, reason=0):
+    """Write a DISCONNECT with `reason` into buf[0:]; return its length."""
+    buf[0] = DISCONNECT << 4
+    if reason == 0:
+        buf[1] = 0
+        return 2
+    buf[1] = 1
+    buf[2] = reason
+    return 3

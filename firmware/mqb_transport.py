@@ -1,0 +1,255 @@
+# mqb_transport: the network under the MQTT client. TCP or TLS; send / recv / wait / close.
+#
+# TLS is the default (port 8883). Plain TCP only with plain_tcp=True, for local
+# development. The server certificate is always verified: MicroPython's
+# ssl.SSLContext(PROTOCOL_TLS_CLIENT) defaults to CERT_NONE, so CERT_REQUIRED
+# is set explicitly, and server_hostname is always passed.
+#
+# After open() the socket is non-blocking: recv() returns 0 when nothing is
+# there, send() completes the whole write (waiting for room if it must), and
+# wait() blocks on select.poll's allocation-free ipoll().
+import socket
+import select
+import sys
+import errno
+from micropython import const
+
+try:
+    import ssl
+except ImportError:  # a port built without TLS: only plain_tcp=True works
+    ssl = None
+
+# TLSError.kind
+TLS_UNTRUSTED = "untrusted"        # the server certificate is not signed by our CA (wrong CA)
+TLS_HOSTNAME = "hostname"          # the certificate does not name server_hostname
+TLS_EXPIRED = "expired"            # the certificate's validity has ended
+TLS_NOT_YET_VALID = "not-yet-valid"  # its validity starts in the future (check the device clock)
+TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, reset, refused client cert)
+
+# mbedTLS verification texts (mbedtls_x509_crt_verify_info), checked in this order
+_TLS_TEXTS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED),
+              ("validity has expired", TLS_EXPIRED),
+              ("validity starts in the future", TLS_NOT_YET_VALID),
+              ("does not match with the expected CN", TLS_HOSTNAME))
+_TLS_HELP = {
+    TLS_UNTRUSTED: "server certificate not signed by the configured CA (wrong CA file?)",
+    TLS_HOSTNAME: "server certificate does not match the server name",
+    TLS_EXPIRED: "server certificate has expired",
+    TLS_NOT_YET_VALID: "server certificate is not valid yet (is the device clock set?)",
+    TLS_HANDSHAKE: "TLS handshake failed",
+}
+_MBEDTLS_CERT_VERIFY_FAILED = const(-0x2700)
+_POLL_EVENTS = const(0x0001 | 0x0008 | 0x0010)  # POLLIN | POLLERR | POLLHUP
+
+
+class TransportError(Exception):
+    """The network failed: connect refused, reset, closed, timed out. The
+    message says what and where; .errno holds the OS/mbedTLS code if any."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.errno = code
+
+
+class TLSError(TransportError):
+    """The TLS handshake failed; .kind is one of the TLS_* names. Nothing was sent."""
+
+    def __init__(self, kind, detail, code=None):
+        super().__init__("TLS: %s: %s" % (_TLS_HELP[kind], detail), code)
+        self.kind = kind
+
+
+def read_der(path):
+    """A certificate or key file as DER bytes. PEM files are converted here (the
+    first block), so boards whose mbedTLS lacks PEM parsing can use them too."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        raise ValueError("%s is empty" % path)
+    begin = data.find(b"-----BEGIN ")
+    if begin < 0:
+        return data
+    import binascii
+    start = data.find(b"\n", begin)
+    end = data.find(b"-----END ", start)
+    if start < 0 or end < 0:
+        raise ValueError("%s: PEM block without END line" % path)
+    try:
+        return binascii.a2b_base64(data[start:end].replace(b"\r", b"").replace(b"\n", b""))
+    except ValueError as e:
+        raise ValueError("%s: PEM body is not valid base64 (%s)" % (path, e))
+
+
+def classify_tls(exc):
+    """The TLS_* kind for an exception raised by the handshake."""
+    text = str(exc)
+    for needle, kind in _TLS_TEXTS:
+        if needle in text:
+            return kind
+    return TLS_HANDSHAKE
+
+
+def set_nodelay(sock):
+    """Disable Nagle. Returns None on success, else why not (the port may lack it)."""
+    level = getattr(socket, "IPPROTO_TCP", None)
+    opt = getattr(socket, "TCP_NODELAY", None)
+    if opt is None and sys.platform == "linux":
+        level, opt = 6, 1  # the Unix port has no constants; these are Linux's
+    if opt is None or level is None:
+        return "TCP_NODELAY not available on this port (%s)" % sys.platform
+    try:
+        sock.setsockopt(level, opt, 1)
+    except OSError as e:
+        return "setsockopt(TCP_NODELAY) failed: %s" % e
+    return None
+
+
+class Transport:
+    """One network connection to the broker, reopened by open() after a failure.
+
+    host, port: the broker (port defaults to 8883, or 1883 with plain_tcp).
+    cafile: CA certificate (DER or PEM) that signed the broker's certificate.
+    certfile, keyfile: optional client certificate and key (mutual TLS).
+    server_hostname: name checked against the certificate (default: host).
+    plain_tcp: True for unencrypted TCP; must be asked for explicitly.
+    timeout_ms: connect / handshake timeout and the longest a send may stall.
+    """
+
+    def __init__(self, host, port=None, cafile=None, certfile=None, keyfile=None,
+                 server_hostname=None, plain_tcp=False, timeout_ms=10000):
+        self.host = host
+        self.port = port if port is not None else (1883 if plain_tcp else 8883)
+        self.plain_tcp = plain_tcp
+        self.timeout_ms = timeout_ms
+        self.server_hostname = server_hostname or host
+        self.nodelay_error = None  # why TCP_NODELAY could not be set, if so
+        self.close_error = None
+        self._sock = None
+        self._poll = None
+        self._ctx = None
+        if plain_tcp:
+            if cafile or certfile or keyfile:
+                raise ValueError("plain_tcp=True with TLS files: choose one")
+            return
+        if ssl is None:
+            raise ValueError("this MicroPython port has no ssl module; TLS is impossible (plain_tcp=True for development only)")
+        if not cafile:
+            raise ValueError("TLS needs cafile (the CA that signed the broker certificate); "
+                             "plain TCP must be requested with plain_tcp=True")
+        if (certfile is None) != (keyfile is None):
+            raise ValueError("mutual TLS needs both certfile and keyfile")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.verify_mode = ssl.CERT_REQUIRED  # MicroPython's default is CERT_NONE
+        try:
+            ctx.load_verify_locations(cadata=read_der(cafile))
+        except ValueError as e:
+            raise ValueError("CA file %s not usable: %s" % (cafile, e))
+        if certfile:
+            try:
+                ctx.load_cert_chain(read_der(certfile), read_der(keyfile))
+            except ValueError as e:
+                raise ValueError("client certificate %s / key %s not usable: %s" % (certfile, keyfile, e))
+        self._ctx = ctx
+
+    @property
+    def is_open(self):
+        return self._sock is not None
+
+    def open(self):
+        """Connect (and do the TLS handshake). Raises TransportError / TLSError."""
+        self.close()
+        where = "%s:%d" % (self.host, self.port)
+        try:
+            addr = socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM)[0][-1]
+        except OSError as e:
+            raise TransportError("cannot resolve %s: %s" % (where, e), e.errno)
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.settimeout(self.timeout_ms / 1000)
+        try:
+            raw.connect(addr)
+        except OSError as e:
+            raw.close()
+            raise TransportError("cannot connect to %s: %s" % (where, e), e.errno)
+        self.nodelay_error = set_nodelay(raw)
+        sock = raw
+        if self._ctx is not None:
+            try:
+                sock = self._ctx.wrap_socket(raw, server_hostname=self.server_hostname)
+            except (OSError, ValueError) as e:
+                raw.close()
+                code = e.errno if isinstance(e, OSError) else _MBEDTLS_CERT_VERIFY_FAILED
+                raise TLSError(classify_tls(e), "%s (%s, server_hostname=%r)"
+                               % (str(e).strip() or repr(e), where, self.server_hostname), code)
+        sock.setblocking(False)
+        self._poll = select.poll()
+        self._poll.register(sock, _POLL_EVENTS)
+        self._sock = sock
+
+    def send(self, buf, off, n):
+        """Write buf[off:off+n] completely (one write call when the socket has
+        room, as it normally does). Raises TransportError and closes on failure."""
+        sock = self._sock
+        if sock is None:
+            raise TransportError("send on a closed connection")
+        while n > 0:
+            try:
+                w = sock.write(buf, off, n)
+            except OSError as e:
+                self.close()
+                raise TransportError("send to %s:%d failed: %s" % (self.host, self.port, e), e.errno)
+            if w:
+                off += w
+                n -= w
+            elif not self._wait_writable():
+                self.close()
+                raise TransportError("send to %s:%d stalled for %d ms" % (self.host, self.port, self.timeout_ms))
+
+    def _wait_writable(self):
+        self._poll.modify(self._sock, 0x0004 | 0x0008 | 0x0010)  # POLLOUT | POLLERR | POLLHUP
+        ready = False
+        for _ in self._poll.ipoll(self.timeout_ms):
+            ready = True
+        self._poll.modify(self._sock, _POLL_EVENTS)
+        return ready
+
+    def recv(self, buf, off, n):
+        """Read up to n bytes into buf[off:]; 0 if nothing is available now.
+        Raises TransportError (and closes) when the broker closed the connection."""
+        sock = self._sock
+        if sock is None:
+            raise TransportError("recv on a closed connection")
+        try:
+            if off:
+                r = sock.readinto(memoryview(buf)[off:off + n])  # rare: a packet split across reads
+            else:
+                r = sock.readinto(buf, n)
+        except OSError as e:
+            if e.errno == errno.EAGAIN:
+                return 0
+            self.close()
+            raise TransportError("receive from %s:%d failed: %s" % (self.host, self.port, e), e.errno)
+        if r is None:
+            return 0
+        if r == 0:
+            self.close()
+            raise TransportError("connection closed by the broker (%s:%d)" % (self.host, self.port))
+        return r
+
+    def wait(self, timeout_ms):
+        """Block until data (or an error) is ready to read, at most timeout_ms; True if so."""
+        if self._sock is None:
+            return False
+        for _ in self._poll.ipoll(timeout_ms):
+            return True
+        return False
+
+    def close(self):
+        """Close the connection (idempotent). A failure to close a connection that is
+        already broken is kept in .close_error rather than raised: it is gone either way."""
+        sock = self._sock
+        self._sock = None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError as e:
+                self.close_error = "close of %s:%d failed: %s" % (self.host, self.port, e)
