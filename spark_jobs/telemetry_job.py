@@ -212,10 +212,9 @@ def deduplicate(arrivals: DataFrame) -> DataFrame:
     return (arrivals.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n"))
 
 
-def boot_quality(arrivals: DataFrame, opts: JobOptions) -> DataFrame:
+def boot_quality(arrivals: DataFrame, unique: DataFrame, opts: JobOptions) -> DataFrame:
     """Per (device, boot): received, unique, out-of-order, missing (older than the reorder
     window), pending (gaps still inside it), dropped on the device, max seq."""
-    unique = deduplicate(arrivals)
     by_arrival = Window.partitionBy("device", "boot").orderBy(*ARRIVAL_ORDER) \
         .rowsBetween(Window.unboundedPreceding, -1)
     by_seq = Window.partitionBy("device", "boot").orderBy("seq")
@@ -238,12 +237,12 @@ def boot_quality(arrivals: DataFrame, opts: JobOptions) -> DataFrame:
     return per_boot.join(received, ["device", "boot"])
 
 
-def device_quality(arrivals: DataFrame, quarantine: DataFrame, opts: JobOptions) -> DataFrame:
-    boots = boot_quality(arrivals, opts).groupBy("device").agg(
+def device_quality(arrivals: DataFrame, unique: DataFrame, quarantine: DataFrame, opts: JobOptions) -> DataFrame:
+    boots = boot_quality(arrivals, unique, opts).groupBy("device").agg(
         F.count("*").alias("boots"), F.sum("received").alias("received"), F.sum("unique").alias("unique"),
         F.sum("out_of_order").alias("out_of_order"), F.sum("missing").alias("missing"),
         F.sum("pending").alias("pending"), F.sum(F.coalesce("dropped_on_device", F.lit(0))).alias("dropped_on_device"))
-    latency = (deduplicate(arrivals).where(F.col("synced") & F.col("latency_ms").isNotNull())
+    latency = (unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
                .groupBy("device")
                .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
                     F.count("*").alias("latency_n")))
@@ -258,33 +257,37 @@ def _counts(df: DataFrame, column: str) -> dict:
     return {r[0]: r[1] for r in df.groupBy(column).count().orderBy(column).collect()}
 
 
-def build_report(decoded: DataFrame, opts: JobOptions) -> dict:
-    """report.json: deterministic (only data-derived values, sorted keys)."""
+def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None) -> dict:
+    """report.json: deterministic (only data-derived values, sorted keys). `unique` is
+    deduplicate(record_rows(decoded)) when the caller already has it."""
     quarantine = quarantine_rows(decoded)
     arrivals = record_rows(decoded)
+    unique = unique if unique is not None else deduplicate(arrivals)
     landed = decoded.where("landed_first")
     iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
     span = landed.agg(F.date_format(F.min("received_at"), iso), F.date_format(F.max("received_at"), iso)).first()
     devices = {}
-    for r in device_quality(arrivals, quarantine, opts).collect():
-        received, unique = r["received"] or 0, r["unique"] or 0
+    for r in device_quality(arrivals, unique, quarantine, opts).collect():
+        received, n_unique = r["received"] or 0, r["unique"] or 0
         devices[r["device"]] = {
-            "boots": r["boots"] or 0, "received": received, "unique": unique, "duplicates": received - unique,
+            "boots": r["boots"] or 0, "received": received, "unique": n_unique, "duplicates": received - n_unique,
             "missing": r["missing"] or 0, "pending_gaps": r["pending"] or 0, "out_of_order": r["out_of_order"] or 0,
             "dropped_on_device": r["dropped_on_device"] or 0, "quarantined": r["quarantined"] or 0,
             "latency_ms": None if r["lat"] is None else {
                 "n": r["latency_n"], "p50": round(r["lat"][0], 3), "p95": round(r["lat"][1], 3),
                 "p99": round(r["lat"][2], 3)},
         }
+    batches = _counts(landed, "batch_status")
+    by_reason = _counts(quarantine, "reason")
     n_received = sum(d["received"] for d in devices.values())
     n_unique = sum(d["unique"] for d in devices.values())
     return {
         "options": dataclasses.asdict(opts),
-        "landed": landed.count(),
+        "landed": sum(batches.values()),
         "received_at": {"min": span[0], "max": span[1]},
-        "batches": _counts(landed, "batch_status"),
+        "batches": batches,
         "records": {"received": n_received, "unique": n_unique, "duplicates": n_received - n_unique},
-        "quarantine": {"rows": quarantine.count(), "by_reason": _counts(quarantine, "reason"),
+        "quarantine": {"rows": sum(by_reason.values()), "by_reason": by_reason,
                        "by_stage": _counts(quarantine, "stage")},
         "devices": devices,
     }
@@ -307,13 +310,15 @@ def _record_output(unique: DataFrame) -> DataFrame:
 def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions) -> dict:
     """Batch mode: outputs are overwritten, so a rerun gives the same result."""
     decoded = decode(read_landing(spark, landing), opts).persist()
+    unique = deduplicate(record_rows(decoded)).persist()
     try:
-        (_record_output(deduplicate(record_rows(decoded))).orderBy("device", "boot", "seq")
+        (_record_output(unique).orderBy("device", "boot", "seq")
          .write.mode("overwrite").parquet(f"{out}/records"))
         (quarantine_rows(decoded).orderBy("recorder", "segment", "offset", "batch_id", "sub_index", "stage")
          .write.mode("overwrite").parquet(f"{out}/quarantine"))
-        report = build_report(decoded, opts)
+        report = build_report(decoded, opts, unique)
     finally:
+        unique.unpersist()
         decoded.unpersist()
     write_report(report, pathlib.Path(out))
     return report
