@@ -3,14 +3,13 @@ with paho-mqtt publishing: exact landing, SIGKILL mid-stream loses nothing,
 shared subscriptions split the load, and a recorded run through the Spark job."""
 from __future__ import annotations
 
-import os
+import json
 import pathlib
 import signal
 import ssl
 import subprocess
 import threading
 import time
-import uuid
 
 import paho.mqtt.client as mqtt
 import pyarrow.parquet as pq
@@ -20,7 +19,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mqbatch import codec, landing, records
-from mqbatch_testing import VENV_BIN
+from mqbatch_testing import VENV_BIN, run_mpy
 
 pytestmark = pytest.mark.broker
 
@@ -279,6 +278,61 @@ def test_recorder_throughput(broker, pki, recorders, tmp_path):
     print(f"recorder throughput: {n} PUBLISHes of {len(body)} B landed in {span:.2f} s = {n / span:.0f} msg/s "
           f"(2-core VM, TLS, publisher in the same process as pytest)")
     assert span > 0
+
+
+_MPY_PUBLISHER = r"""
+import sys, json
+from mqb_transport import Transport
+from mqb_client import Client
+from mqb_codec import BatchEncoder
+from mqb_record import RecordWriter, TickClock
+host, port, ca, password = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+acks = []
+c = Client(Transport(host, port, cafile=ca, server_hostname="localhost"), b"mpy-dev-1", username=b"publisher",
+           password=password.encode(), session_expiry=0, receive_max=4, max_packet_size=512,
+           on_ack=lambda pid, code, reason: acks.append(code))
+c.connect()
+topic = b"mqbatch/mpy-1/telemetry"
+enc = BatchEncoder(bytearray(1024), headroom=96, max_count=20)
+c.apply_budget(enc, topic, qos=1)
+clock = TickClock()
+clock.set_from_rtc(True)
+w = RecordWriter(enc, clock, 5)
+for batch in range(3):
+    for i in range(7):
+        assert w.sample((1, 2, 3), (2100 + i, 4500, 3300)) >= 0
+    assert w.health((0x80, 0x82), (40000, 0)) >= 0
+    assert c.publish_batch(enc, topic, qos=1) > 0
+    assert c.flush(10000) == 0
+    enc.reset()
+c.disconnect()
+print(json.dumps({"acks": acks}))
+"""
+
+
+def test_micropython_client_batches_are_landed(broker, pki, recorders, tmp_path):
+    """The device client (firmware/mqb_client.py in the MicroPython Unix port) publishes
+    real record batches over TLS; the recorder lands them and the host parsers agree."""
+    rec = recorders("rec-1").start()
+    script = tmp_path / "mpy_publisher.py"
+    script.write_text(_MPY_PUBLISHER)
+    proc = run_mpy(script, broker.host, str(broker.port), str(pki.ca_cert), USERS["publisher"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"acks": [0, 0, 0]}, proc.stdout
+    wait_acked(broker, "rec-1", 3)
+    assert rec.stop() == 0
+    rows = landed_rows(tmp_path / "landing")
+    assert len(rows) == 3
+    seqs = []
+    for row in rows:
+        res = codec.decode([(p["key"], p["value"]) for p in row["user_properties"]], row["payload"])
+        assert (res.status, res.count, row["topic"]) == ("ok", 8, "mqbatch/mpy-1/telemetry")
+        now_ms = row["received_at"].timestamp() * 1000
+        for m in res.messages:
+            r = records.parse(m, received_at_ms=int(now_ms))
+            assert r.boot == 5 and r.synced and abs(r.time_ms - now_ms) < 60_000
+            seqs.append(r.seq)
+    assert seqs == list(range(24))
 
 
 # -- a recorded end-to-end run through the Spark job ------------------------------------
