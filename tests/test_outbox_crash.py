@@ -15,6 +15,7 @@ what the reopened outbox holds against everything the killed runs reported:
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import signal
@@ -28,14 +29,15 @@ WORKER = MPY_TESTS / "outbox_crash_worker.py"
 RUNS = 24
 
 
-def payload(seed: int, n: int) -> bytes:
-    """tests/mpy/outbox_util.payload, in CPython (same arithmetic, same bytes)."""
-    b = bytearray(n)
-    x = (seed * 2654435761 + 12345) & 0xFFFFFFF
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0x7FFFFFF
-        b[i] = x >> 19 & 0xFF
-    return bytes(b)
+def _load_outbox_util():
+    """tests/mpy/outbox_util.py, loaded by path: the worker's payload() itself."""
+    spec = importlib.util.spec_from_file_location("mpy_outbox_util", MPY_TESTS / "outbox_util.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+payload = _load_outbox_util().payload
 
 
 def payload_len(run: int, i: int) -> int:
