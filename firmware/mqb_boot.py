@@ -23,7 +23,12 @@
 # that was written completely and later rots on flash (the older slot would then
 # win, and one boot number could repeat).
 import struct
-from binascii import crc32
+
+try:
+    from binascii import crc32
+except ImportError:
+    raise ImportError("mqb_boot/mqb_outbox need binascii.crc32: build MicroPython with "
+                      "MICROPY_PY_BINASCII_CRC32 (on by default from ROM level EXTRA_FEATURES)")
 
 SLOT_SIZE = 12
 U32_MAX = 0xFFFFFFFF

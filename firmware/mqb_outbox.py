@@ -17,8 +17,7 @@
 import os
 import struct
 from array import array
-from binascii import crc32
-from mqb_boot import SlotCounter
+from mqb_boot import SlotCounter, crc32
 
 # Results (entry ids are >= 0)
 OK = 0
