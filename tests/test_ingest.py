@@ -180,19 +180,20 @@ def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders
     landing_dir = tmp_path / "landing"
     rec = recorders("rec-1", "--roll-seconds", "1").start()
     pub = publisher(broker, pki)
-    n, ids, acked = 3000, [], []
-    done = threading.Event()
+    ids, acked = [], []
+    stop_producing, done = threading.Event(), threading.Event()
 
-    def produce():
+    def produce():          # a steady stream (~1,000 PUBLISHes/s) until told to stop
         infos = []
-        for i in range(n):
+        while not stop_producing.is_set():
+            i = len(ids)
             payload = codec.encode_payload([f"msg-{i:05d}".encode()])
             p = Properties(PacketTypes.PUBLISH)
             p.UserProperty = [("batch-format", "v1"), ("batch-size", "1")]
             infos.append((i, pub.publish("mqbatch/dev-1/telemetry", payload, qos=1, properties=p)))
             ids.append(i)
             if i % 50 == 49:
-                time.sleep(0.02)      # a steady stream, ~2 s long, so kills land mid-stream
+                time.sleep(0.05)
         for i, info in infos:
             info.wait_for_publish(60)
             if info.is_published():
@@ -213,9 +214,12 @@ def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders
         assert list(wal_dir.glob("*.wal")), "the kill must hit an open (unrolled) segment"
         time.sleep(0.3)
         rec.start()                                   # converts the WAL left behind, resumes the session
+    time.sleep(0.5)
+    stop_producing.set()                              # so both kills happened mid-stream
     producer.join(120)
+    n = len(ids)
     assert done.is_set() and len(acked) == n, f"broker acknowledged {len(acked)} of {n}"
-    assert kills[0] < n and kills[1] < n, f"kills must happen while publishing: {kills}"
+    assert 0 < kills[0] < kills[1] < n, f"kills must happen while publishing: {kills} of {n}"
     want = {f"msg-{i:05d}".encode() for i in acked}
 
     def all_there(rows):
