@@ -470,29 +470,28 @@ class Outbox:
                 (segs if name[0] == "s" else acks).append(num)
         segs.sort()
         scratch = bytearray(256)
-        damaged = []
-        tail = -1     # id of a bad-payload entry ending a segment: torn or damaged?
+        damaged = []  # ids of entries with a bad payload behind a good header
+        tail = -1     # such an entry ending the newest segment so far: torn, or damaged?
         for sno in segs:
             self._next_sno = max(self._next_sno, sno + 1)
-            first, n, size, clean, at_eof = self._scan(sno, scratch, damaged)
-            if first < 0 or n == 0:
-                if first >= 0:
-                    self._next_id = max(self._next_id, first)
-                os.remove(self._seg_path(sno))   # holds no returned append
+            first = self._seg_first(sno)
+            if first < 0:
+                os.remove(self._seg_path(sno))   # bad header: holds no returned append
                 continue
             if self._nseg:
-                prev = self._newest()
-                if tail >= 0 and first == tail:
-                    self._unindex_tail(prev)     # its id was given out again: that append never returned
-                elif tail >= 0:
+                self._supersede(sno, first, damaged)
+                if 0 <= tail < first:
                     damaged.append(tail)         # ids went on after it: it was accepted, then damaged
-                expected = self._sfirst[prev] + self._sn[prev]
-                if first != expected:
-                    raise ValueError("outbox %s: segment %s starts at entry %d, expected %d (not written by this outbox?)"
-                                     % (self.root, self._seg_path(sno), first, expected))
             tail = -1
+            found = []
+            n, size, clean, at_eof = self._scan(sno, first, scratch, found)
+            if n == 0:
+                self._next_id = max(self._next_id, first)
+                os.remove(self._seg_path(sno))   # holds no returned append
+                continue
             if at_eof and not clean:
-                tail = damaged.pop()   # a bad payload ends the file
+                tail = found.pop()               # decided by the next segment's first id
+            damaged.extend(found)
             if self._nseg == self.max_segments:
                 raise ValueError("outbox %s holds more than max_segments=%d segments: open it with a larger "
                                  "max_segments to drain it" % (self.root, self.max_segments))
@@ -512,7 +511,7 @@ class Outbox:
             self.bytes_used += size
             self._sealed = not clean
         if tail >= 0:
-            self._unindex_tail(self._newest())   # the newest segment's torn last write
+            self._unindex_from(self._newest(), tail)   # the newest segment's torn last write
         if self._nseg:
             s = self._newest()
             self._next_id = self._sfirst[s] + self._sn[s]
@@ -528,19 +527,41 @@ class Outbox:
                 self._discard(s, eid, True)
         self._trim()
 
-    def _unindex_tail(self, s):
-        """Forget the last entry of segment s (a torn write that was never returned)."""
-        eid = self._sfirst[s] + self._sn[s] - 1
-        slot = eid % self._cap
-        cnt = self._cnt[slot]
-        cut = self._ssize[s] - self._off[slot]
-        self._state[slot] = _FREE
-        self._sn[s] -= 1
-        self._spend[s] -= 1
-        self._srec[s] -= cnt
+    def _supersede(self, sno, first, damaged):
+        """Segment sno starts at entry `first`. Ids below what the segments before
+        hold mean those entries' append() never returned (a torn last write, or
+        a write error after the data got there) and the ids were given out again:
+        forget the old copies. A gap or an overlap past them is corruption."""
+        prev = self._newest()
+        expected = self._sfirst[prev] + self._sn[prev]
+        if first > expected or first < self._sfirst[self._tail]:
+            raise ValueError("outbox %s: segment %s starts at entry %d, expected %d: flash corrupted, "
+                             "or not written by this outbox" % (self.root, self._seg_path(sno), first, expected))
+        if first == expected:
+            return
+        for i in range(self._nseg - 1, -1, -1):
+            s = (self._tail + i) % self.max_segments
+            if self._sfirst[s] + self._sn[s] <= first:
+                break
+            self._unindex_from(s, max(first, self._sfirst[s]))
+        damaged[:] = [d for d in damaged if d < first]
+
+    def _unindex_from(self, s, eid):
+        """Forget the entries eid.. of segment s (appends that never returned)."""
+        end = self._sfirst[s] + self._sn[s]
+        if eid >= end:
+            return
+        cut = self._ssize[s] - self._off[eid % self._cap]
+        for e in range(eid, end):
+            slot = e % self._cap
+            cnt = self._cnt[slot]
+            self._state[slot] = _FREE
+            self._spend[s] -= 1
+            self._srec[s] -= cnt
+            self.depth -= 1
+            self.pending_records -= cnt
+        self._sn[s] -= end - eid
         self._ssize[s] -= cut
-        self.depth -= 1
-        self.pending_records -= cnt
         self.bytes_used -= cut
 
     def _seg_index(self, sno):
@@ -550,47 +571,51 @@ class Outbox:
                 return s
         return -1
 
-    def _scan(self, sno, scratch, damaged):
-        """Validate one segment file and index its entries. Returns (first id,
-        entries, valid bytes, clean, at_eof): first is -1 for a bad segment
-        header; at_eof: the entries end exactly at the end of the file; clean
-        is False when a torn tail follows the entries (a bad entry header, a
-        length past the end of the file) or when the last entry has a bad
-        payload. An entry with a good header (own CRC) but a bad payload CRC is
-        indexed and its id goes to `damaged`: behind other entries it was
+    def _seg_first(self, sno):
+        """The first entry id in a segment's header, or -1 if the header is bad."""
+        hv = memoryview(self._hdr)[:SEG_HEADER_SIZE]
+        with open(self._seg_path(sno), "rb") as f:
+            if f.readinto(hv) != SEG_HEADER_SIZE:
+                return -1
+        magic, version, hsno, first = struct.unpack_from(_SEG_FMT, self._hdr, 0)
+        if (magic != SEG_MAGIC or version != FORMAT_VERSION or hsno != sno
+                or _u32(self._hdr, 16) != crc32(hv[:16])):
+            return -1
+        return first
+
+    def _scan(self, sno, first, scratch, damaged):
+        """Index the entries of a segment whose header is good. Returns (entries,
+        valid bytes, clean, at_eof): at_eof, the entries end exactly at the end
+        of the file; clean is False when a torn tail follows them (a bad entry
+        header, a length past the end of the file) or when the last entry has a
+        bad payload. An entry with a good header (own CRC) but a bad payload CRC
+        is indexed and its id goes to `damaged`: behind other entries it was
         damaged on flash; as the last one of the file it may also be a torn
         write, which _load tells from the next segment's first id."""
         hdr = self._hdr
-        hv = memoryview(hdr)
         with open(self._seg_path(sno), "rb") as f:
             size = f.seek(0, 2)
-            f.seek(0)
-            if f.readinto(hv[:SEG_HEADER_SIZE]) != SEG_HEADER_SIZE:
-                return -1, 0, 0, False, False
-            magic, version, hsno, first = struct.unpack_from(_SEG_FMT, hdr, 0)
-            if (magic != SEG_MAGIC or version != FORMAT_VERSION or hsno != sno
-                    or _u32(hdr, 16) != crc32(hv[:16])):
-                return -1, 0, 0, False, False
+            f.seek(SEG_HEADER_SIZE)
             off = SEG_HEADER_SIZE
             n = 0
             sv = memoryview(scratch)
             while off < size:
                 if size - off < ENTRY_HEADER_SIZE or f.readinto(hdr) != ENTRY_HEADER_SIZE:
-                    return first, n, off, False, False
+                    return n, off, False, False
                 length = _u32(hdr, 0)
                 end = off + ENTRY_HEADER_SIZE + length
                 if crc32(self._hdr28) != _u32(hdr, 28) or _u32(hdr, 4) != first + n or end > size:
-                    return first, n, off, False, False
+                    return n, off, False, False
                 crc = 0
                 left = length
                 while left:
                     k = min(left, len(scratch))
                     if f.readinto(sv[:k]) != k:
-                        return first, n, off, False, False
+                        return n, off, False, False
                     crc = crc32(sv[:k], crc)
                     left -= k
                 if crc != _u32(hdr, 24):
-                    damaged.append(first + n)   # if it ends the file, _load decides: torn or damaged
+                    damaged.append(first + n)
                 if n == self.max_entries:
                     raise ValueError("outbox %s: segment %s holds more than max_entries=%d entries: open it with "
                                      "a larger max_entries" % (self.root, self._seg_path(sno), self.max_entries))
@@ -600,7 +625,7 @@ class Outbox:
                 self._state[slot] = _PENDING
                 n += 1
                 off = end
-            return first, n, off, not (damaged and damaged[-1] == first + n - 1), True
+            return n, off, not (damaged and damaged[-1] == first + n - 1), True
 
     def _apply_acks(self, s):
         with open(self._ack_path(self._sno[s]), "rb") as f:

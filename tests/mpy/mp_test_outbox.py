@@ -10,7 +10,7 @@ from mqb_boot import BootCounter
 from mqb_outbox import (Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP,
                         SEG_HEADER_SIZE, ENTRY_HEADER_SIZE)
 from lfs_flash import RAMFlash, PowerCut, formatted_image, mount, unmount
-from outbox_util import TmpDir, payload, alloc_over, str_raises
+from outbox_util import TmpDir, payload, alloc_over, str_raises, raises
 
 
 
@@ -184,6 +184,55 @@ def test_damaged_entries_are_discarded_counted_once_and_never_hide_others():
         ob = Outbox(root, **cfg)
         assert _pending(ob) == [0, 3] and ob.dropped_total == 12
         assert ob.append(b"new", 1) == 5   # the id of the torn write is given out again
+        ob.close()
+
+
+class _FlushFailsAfterWriting:
+    """Fault injection on the real file: flush() gets the data to the file, then
+    reports an error (as an fsync or a littlefs commit can)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, b):
+        return self.f.write(b)
+
+    def flush(self):
+        self.f.flush()
+        raise OSError(5)   # EIO
+
+    def close(self):
+        self.f.close()
+
+
+def test_append_that_raised_after_writing_is_superseded_not_duplicated():
+    """append() raised, but its entry reached the file: the segment is sealed and
+    the next append reuses the id in a new segment. Reopening keeps the entry
+    append() returned for that id, forgets the other, and never refuses to open.
+    A raised append whose entry is complete and last stays, like an append in
+    flight at a power cut (at-least-once, docs/outbox.md)."""
+    with TmpDir("ob11") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=1024, max_segments=4, max_entries=8)
+        ob = Outbox(root, **cfg)
+        assert ob.append(b"zero", 1) == 0 and ob.append(b"one", 1) == 1
+        ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
+        assert raises(OSError, ob.append, b"raised A", 1).args[0] == 5     # id 2 in segment A
+        assert ob.append(b"two", 1) == 2                                    # id 2 again, segment B
+        ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
+        assert raises(OSError, ob.append, b"raised B", 1).args[0] == 5     # id 3 in segment B
+        assert ob.append(b"three", 1) == 3                                  # id 3 again, segment C
+        ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
+        assert raises(OSError, ob.append, b"raised C", 1).args[0] == 5     # id 4, last in C
+        assert {e: v[0] for e, v in _contents(ob).items()} == {0: b"zero", 1: b"one", 2: b"two", 3: b"three"}
+        ob.close()
+        ob = Outbox(root, **cfg)
+        got = {e: v[0] for e, v in _contents(ob).items()}
+        assert got == {0: b"zero", 1: b"one", 2: b"two", 3: b"three", 4: b"raised C"}, got
+        assert ob.append(b"five", 1) == 5
+        ob.close()
+        ob = Outbox(root, **cfg)
+        assert len(_contents(ob)) == 6 and ob.dropped_total == 0
         ob.close()
 
 
