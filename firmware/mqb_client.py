@@ -283,7 +283,7 @@ class Client:
     def _in_order(self):
         idx = [i for i in range(len(self._state)) if self._state[i] != _FREE]
         base = self._seq
-        idx.sort(key=lambda i: (self._order[i] - base) & _SEQ_MASK)
+        idx.sort(key=lambda i: (self._order[i] - base - 1) & _SEQ_MASK)  # oldest first
         return idx
 
     def pending_resend(self):
@@ -445,9 +445,13 @@ class Client:
         keep-alive timeout) or TransportError; the connection is then closed."""
         if not self.connected:
             return NOT_CONNECTED
-        while self._read_packet():
-            self._dispatch()
-        self._keepalive()
+        try:
+            while self._read_packet():
+                self._dispatch()
+            self._keepalive()
+        except TransportError:
+            self._closed()
+            raise
         return self._inflight
 
     def flush(self, timeout_ms=None):

@@ -29,6 +29,13 @@ require_certificate, use_identity_as_username, max_topic_alias, max_qos.
 ``extra`` lines are appended verbatim at the end (after the listener line, so
 listener options are allowed there).
 
+Mosquitto 2.0.11 behaviours seen by the tests (so nobody relies on the opposite):
+it writes an MQTT 5 session to the persistence file only if that client's latest
+CONNECT had Clean Start 0; it closes a taken-over or shut-down connection without
+sending DISCONNECT 0x8E / 0x8B; it does not validate UTF-8 payloads sent with
+Payload Format Indicator 1; it does not count the Remaining Length bytes against
+max_packet_size.
+
 Mosquitto started as root drops privileges; the config always names the
 current user (``user root`` when run as root) so generated files stay readable.
 Logging is ``log_type all`` to ``<dir>/mosquitto.log`` (log_dest file, flushed

@@ -9,11 +9,20 @@ Registered in tests/conftest.py (`pytest_plugins`). Fixtures:
   and its log is printed (pytest shows it when the test fails).
 - `subscriber` (function): a factory. ``subscriber(broker, "topic/#", **connect)``
   returns a connected, subscribed `Subscriber` (paho-mqtt, MQTT 5), closed after the test.
+- `wiretap` (function): a factory. ``wiretap(broker)`` returns a `WireTap`, a TCP relay
+  to a plain-TCP broker that records every MQTT packet in both directions.
+
+`run_drive(plan, workdir)` runs the device client (tests/mpy/mqtt_drive.py) in the
+MicroPython Unix port and returns its JSON events.
 """
 from __future__ import annotations
 
 import itertools
+import json
+import pathlib
+import socket
 import ssl
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +35,7 @@ from paho.mqtt.packettypes import PacketTypes
 
 from mqbatch.broker import Mosquitto
 from mqbatch.pki import make_pki
+from mqbatch_testing import MICROPYTHON, MPY_TESTS, mpy_env
 
 
 @pytest.fixture(scope="session")
@@ -156,3 +166,220 @@ def subscriber(pki):
     yield factory
     for s in made:
         s.close()
+
+
+# -- device client driver and wire tap --------------------------------------------
+
+DRIVE = MPY_TESTS / "mqtt_drive.py"
+
+
+def run_drive(plan: dict, workdir, timeout: float = 120, heapsize: str | None = None,
+              wrapper: list[str] | None = None, on_event=None) -> list[dict]:
+    """Run tests/mpy/mqtt_drive.py (firmware/mqb_client.py in the Unix port) with `plan`;
+    return its JSON events. on_event(event) is called as each event arrives (e.g. to
+    suspend the broker at a "mark"). Fails with the output if the driver crashed
+    (no final "done" event)."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan_path = workdir / f"plan-{next(_plans)}.json"
+    plan_path.write_text(json.dumps(plan))
+    cmd = (wrapper or []) + [str(MICROPYTHON)] + (["-X", f"heapsize={heapsize}"] if heapsize else []) + [
+        str(DRIVE), str(plan_path)]
+    proc = subprocess.Popen(cmd, env=mpy_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=workdir)
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    events, lines = [], []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("{"):
+                ev = json.loads(line)
+                events.append(ev)
+                if on_event is not None:
+                    on_event(ev)
+        err = proc.stderr.read()
+        proc.wait()
+    finally:
+        killer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if not events or events[-1]["event"] != "done":
+        raise AssertionError(f"mqtt_drive crashed or timed out (exit {proc.returncode}):\n{''.join(lines)}\n{err}")
+    return events
+
+
+_plans = itertools.count(1)
+
+
+def of(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["event"] == kind]
+
+
+@dataclass
+class Frame:
+    """One MQTT packet seen by the WireTap."""
+    conn: int          # connection number, from 0
+    direction: str     # "c2s" (client to broker) or "s2c"
+    raw: bytes         # the whole packet: fixed header, Remaining Length, body
+
+    @property
+    def type(self) -> int:
+        return self.raw[0] >> 4
+
+    @property
+    def flags(self) -> int:
+        return self.raw[0] & 0x0F
+
+    def body_start(self) -> int:
+        i = 1
+        while self.raw[i] & 0x80:
+            i += 1
+        return i + 1
+
+    def publish_fields(self) -> dict:
+        """Topic, packet id and properties of a PUBLISH (independent decoder)."""
+        b = self.raw
+        p = self.body_start()
+        tlen = int.from_bytes(b[p:p + 2], "big")
+        topic = b[p + 2:p + 2 + tlen]
+        p += 2 + tlen
+        pid = None
+        if self.flags & 0x06:
+            pid = int.from_bytes(b[p:p + 2], "big")
+            p += 2
+        plen, n = _vbi(b, p)
+        p += n
+        end = p + plen
+        props: dict = {"user": []}
+        while p < end:
+            k = b[p]
+            p += 1
+            if k == 0x26:
+                kl = int.from_bytes(b[p:p + 2], "big")
+                key = b[p + 2:p + 2 + kl].decode()
+                p += 2 + kl
+                vl = int.from_bytes(b[p:p + 2], "big")
+                props["user"].append((key, b[p + 2:p + 2 + vl].decode()))
+                p += 2 + vl
+            elif k in (0x01,):
+                props[k] = b[p]
+                p += 1
+            elif k == 0x02:
+                props[k] = int.from_bytes(b[p:p + 4], "big")
+                p += 4
+            elif k == 0x23:
+                props[k] = int.from_bytes(b[p:p + 2], "big")
+                p += 2
+            elif k == 0x03:
+                cl = int.from_bytes(b[p:p + 2], "big")
+                props[k] = b[p + 2:p + 2 + cl].decode()
+                p += 2 + cl
+            else:
+                raise AssertionError(f"unexpected PUBLISH property 0x{k:02x}")
+        return {"topic": topic.decode(), "pid": pid, "props": props, "payload": b[end:],
+                "dup": bool(self.flags & 8), "qos": (self.flags >> 1) & 3, "retain": bool(self.flags & 1)}
+
+
+def _vbi(b: bytes, p: int) -> tuple[int, int]:
+    v = shift = n = 0
+    while True:
+        c = b[p + n]
+        v |= (c & 0x7F) << shift
+        n += 1
+        if not c & 0x80:
+            return v, n
+        shift += 7
+
+
+class WireTap:
+    """A TCP relay in front of a (plain TCP) broker that records every MQTT packet
+    in both directions, byte for byte: exact packet sizes, flags and properties as
+    they were on the wire, independent of what either end reports."""
+
+    def __init__(self, target_host: str, target_port: int):
+        self.target = (target_host, target_port)
+        self.frames: list[Frame] = []
+        self.refused: list[str] = []  # upstream connects that failed
+        self._lock = threading.Lock()
+        self._srv = socket.socket()
+        self._srv.bind(("127.0.0.1", 0))
+        self._srv.listen(8)
+        self.host, self.port = self._srv.getsockname()
+        self._conns = itertools.count()
+        self._socks: list[socket.socket] = []
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self._srv.accept()
+            except OSError:
+                return
+            try:
+                s = socket.create_connection(self.target)
+            except OSError as e:  # broker down (e.g. restarting): the client sees the connection close
+                self.refused.append(str(e))
+                c.close()
+                continue
+            n = next(self._conns)
+            self._socks += [c, s]
+            threading.Thread(target=self._pump, args=(c, s, n, "c2s"), daemon=True).start()
+            threading.Thread(target=self._pump, args=(s, c, n, "s2c"), daemon=True).start()
+
+    def _pump(self, src, dst, conn, direction):
+        pending = b""
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # the other pump already closed it
+                return
+            pending += data
+            while len(pending) >= 2:
+                try:
+                    rem, n = _vbi(pending, 1)
+                except IndexError:
+                    break
+                total = 1 + n + rem
+                if len(pending) < total:
+                    break
+                with self._lock:
+                    self.frames.append(Frame(conn, direction, pending[:total]))
+                pending = pending[total:]
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def packets(self, ptype: int | None = None, direction: str | None = None) -> list[Frame]:
+        with self._lock:
+            return [f for f in self.frames if (ptype is None or f.type == ptype)
+                    and (direction is None or f.direction == direction)]
+
+    def close(self):
+        self._srv.close()
+        for s in self._socks:
+            s.close()
+
+
+@pytest.fixture
+def wiretap():
+    made: list[WireTap] = []
+
+    def factory(broker: Mosquitto) -> WireTap:
+        t = WireTap(broker.host, broker.port)
+        made.append(t)
+        return t
+
+    yield factory
+    for t in made:
+        t.close()
