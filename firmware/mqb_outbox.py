@@ -304,10 +304,16 @@ class Outbox:
             self.dropped_since_open += records
 
     def close(self):
-        """Close the files (everything is already on flash)."""
-        self._hf.close()
-        self._rf.close()
-        self._af.close()
+        """Close the files (everything is already on flash). All are closed even
+        if one fails; the first error is raised after."""
+        err = None
+        for h in (self._hf, self._rf, self._af):
+            try:
+                h.close()
+            except OSError as e:
+                err = err or e
+        if err is not None:
+            raise err
 
     # ---- segments ----------------------------------------------------------------
 

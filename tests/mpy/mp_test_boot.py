@@ -76,9 +76,9 @@ def test_an_io_error_is_not_taken_for_a_missing_slot():
         e = raises(OSError, BootCounter, p)
         assert e.args[0] == 21, e.args
         os.rmdir(p + ".1")
-        assert BootCounter(p).next() == 2      # slot 1 (value 2) is gone for real: 2 was...
-        # ...written to the free slot; a real deletion of the newest slot would repeat a
-        # number, which is why the counter's files must never be deleted by hand.
+        # slot 1 (value 2) is really gone now, so 2 comes again: deleting the
+        # counter's files by hand repeats numbers (docs/outbox.md says not to)
+        assert BootCounter(p).next() == 2
 
 
 def test_slot_counter_refuses_to_go_back():
