@@ -378,6 +378,19 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
         "MALFORMED_BATCH_UNSUPPORTED_FORMAT": 1, "MALFORMED_BATCH_COUNT_MISMATCH": 1,
         "UNKNOWN_RECORD_VERSION": 1, "RECORD_VALUE_OUT_OF_RANGE": 1, "TOPIC_NOT_TELEMETRY": 1}
     assert report["records"] == {"received": 34, "unique": 24, "duplicates": 10}
+    recs = spark.read.parquet(str(tmp_path / "out" / "records")).orderBy("device", "boot", "seq").collect()
+    assert [(r.device, r.boot, r.seq, r.kind) for r in recs] == (
+        [("dev-1", 1, s, "sample") for s in list(range(10)) + list(range(12, 20))] + [("dev-1", 1, 20, "health")] +
+        [("dev-2", 4, s, "sample") for s in range(5)])
+    quarantine = spark.read.parquet(str(tmp_path / "out" / "quarantine")).orderBy("offset", "sub_index").collect()
+    assert [(q.topic, q.stage, q.reason, q.sub_index) for q in quarantine] == [
+        ("mqbatch/dev-2/telemetry", "batch", "MALFORMED_BATCH_UNSUPPORTED_FORMAT", None),
+        ("mqbatch/dev-2/telemetry", "batch", "MALFORMED_BATCH_COUNT_MISMATCH", None),
+        ("mqbatch/dev-2/telemetry", "record", "UNKNOWN_RECORD_VERSION", 0),
+        ("mqbatch/dev-2/telemetry", "record", "RECORD_VALUE_OUT_OF_RANGE", 1),
+        ("mqbatch/dev-2/status", "topic", "TOPIC_NOT_TELEMETRY", None)]
+    raw = [p for _, _, p in batches]
+    assert [bytes(q.payload) for q in quarantine] == [raw[5], raw[6], raw[7], raw[7], raw[8]]   # as published
     assert report["devices"] == {
         "dev-1": {"boots": 1, "received": 29, "unique": 19, "duplicates": 10, "missing": 2, "pending_gaps": 0,
                   "out_of_order": 0, "dropped_on_device": 2, "quarantined": 0},

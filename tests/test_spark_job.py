@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -285,7 +286,10 @@ def test_mqbatch_spark_runs_the_job_with_spark_submit(scenario, tmp_path, job, s
     assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout
     assert json.loads((tmp_path / "report.json").read_text()) == expected_report(False)
     dry = subprocess.run([str(VENV_BIN / "mqbatch"), "spark", "--landing", "L", "--out", "O", "--print-command",
-                          "--master", "spark://head:7077"], capture_output=True, text=True, timeout=60)
+                          "--master", "spark://head:7077", "--pyfiles-zip", str(tmp_path / "mqbatch.zip")],
+                         capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert "--master spark://head:7077" in dry.stdout and "--py-files" in dry.stdout
+    assert "--master spark://head:7077" in dry.stdout and f"--py-files {tmp_path / 'mqbatch.zip'}," in dry.stdout
+    with zipfile.ZipFile(tmp_path / "mqbatch.zip") as z:   # what a cluster's workers import
+        assert {"mqbatch/__init__.py", "mqbatch/codec.py", "mqbatch/records.py"} <= set(z.namelist())
     assert "telemetry_job.py --landing L --out O" in dry.stdout

@@ -55,7 +55,9 @@ def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]
 def run(args: argparse.Namespace) -> int:
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]
     with tempfile.TemporaryDirectory(prefix="mqbatch-spark-") as tmp:
-        pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip or pathlib.Path(tmp) / "mqbatch.zip"))
+        # a printed command must point at a zip that outlives this process
+        default = ROOT / "build" / "mqbatch.zip" if args.print_command else pathlib.Path(tmp) / "mqbatch.zip"
+        pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else default)
         cmd = submit_command(args, pyfiles)
         if args.print_command:
             print(shlex.join(cmd))
@@ -76,6 +78,7 @@ def register(sub) -> None:
         sys.path.remove(str(JOB.parent))
     add_arguments(p)
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark configuration (repeatable)")
-    p.add_argument("--pyfiles-zip", metavar="PATH", help="write the mqbatch zip here (kept) instead of a temp dir")
+    p.add_argument("--pyfiles-zip", metavar="PATH",
+                   help="write the mqbatch zip here (kept); default: a temp dir, or build/mqbatch.zip with --print-command")
     p.add_argument("--print-command", action="store_true", help="print the spark-submit command and exit")
     p.set_defaults(func=run)
