@@ -154,6 +154,17 @@ class BatchEncoder:
         self.buf[pos:pos + n] = data
         return True
 
+    def load(self, n, count):
+        """Adopt n payload bytes already placed at buf[headroom:] (e.g. a stored
+        batch read back from the outbox) as a batch of count sub-messages."""
+        if not 0 <= n <= len(self.buf) - self.headroom:
+            raise ValueError("payload of %d bytes does not fit the %d-byte buffer after %d bytes of headroom"
+                             % (n, len(self.buf), self.headroom))
+        if count < 1:
+            raise ValueError("a batch holds at least one sub-message, got count %d" % count)
+        self.count = count
+        self.end = self.headroom + n
+
     def count_digits(self):
         """Length of the decimal text of count (for the batch-size property)."""
         n = self.count

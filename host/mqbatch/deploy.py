@@ -56,18 +56,16 @@ def _cert_files(config: dict, config_dir: pathlib.Path) -> dict[str, pathlib.Pat
     return out
 
 
-def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path) -> Plan:
-    """Compile firmware + board module to .mpy and collect everything to copy."""
+def board_settings(board: str) -> dict:
     if board not in BOARD_NAMES:
         raise DeployError(f"unknown board {board!r}; expected one of {', '.join(BOARD_NAMES)}")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise DeployError(f"cannot read config {config_path}: {e}") from None
-    for key in ("device_id", "broker", "topic"):
-        if key not in config:
-            raise DeployError(f"config {config_path} lacks {key!r} (see boards/{board}/config.template.json)")
-    settings = json.loads((BOARDS / board / "deploy.json").read_text())
+    return json.loads((BOARDS / board / "deploy.json").read_text())
+
+
+def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None = None) -> dict[str, pathlib.Path]:
+    """Compile firmware/*.py and boards/<board>/mqb_board.py with mpy-cross into a fresh
+    build_dir (main.py stays source). Returns {name on the board: local file}."""
+    settings = settings or board_settings(board)
     if build_dir.exists():
         shutil.rmtree(build_dir)
     build_dir.mkdir(parents=True)
@@ -85,6 +83,20 @@ def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path) -> Pla
             if proc.returncode != 0:
                 raise DeployError(f"mpy-cross failed on {src.name}:\n{proc.stderr}")
         files[dst.name] = dst
+    return files
+
+
+def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path) -> Plan:
+    """Compile firmware + board module to .mpy and collect everything to copy."""
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise DeployError(f"cannot read config {config_path}: {e}") from None
+    for key in ("device_id", "broker", "topic"):
+        if key not in config:
+            raise DeployError(f"config {config_path} lacks {key!r} (see boards/{board}/config.template.json)")
+    settings = board_settings(board)
+    files = compile_firmware(board, build_dir, settings)
     cfg_dst = build_dir / "config.json"
     shutil.copyfile(config_path, cfg_dst)
     files["config.json"] = cfg_dst

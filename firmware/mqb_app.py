@@ -1,0 +1,537 @@
+# mqb_app: the device application.
+#
+#   sample (board) -> record (mqb_record) -> batch (mqb_codec) -> outbox on flash
+#   (mqb_outbox) -> MQTT 5 PUBLISH, QoS 1 (mqb_client) -> PUBACK -> outbox entry removed
+#
+# One non-blocking loop: samples are taken on a ticks schedule, a batch is
+# sealed into the outbox when it is full (count or bytes) or max_age_ms old, and
+# the network is serviced in between (connect with backoff, drain the outbox
+# oldest first within Receive Maximum, acks, keep alive). When the broker is
+# unreachable the device keeps sampling into the outbox. A connection attempt
+# blocks for at most broker.connect_timeout_ms; samples that fall due meanwhile
+# are taken right after, with their true timestamps (late, never skipped).
+#
+# Records are durable once their batch is in the outbox ("stored"); the open
+# batch in RAM (at most max_age_ms of samples) is lost on a power cut.
+# See docs/application.md.
+import gc
+import json
+import os
+import time
+from array import array
+
+import mqb_board as board
+import mqb_packet as P
+from mqb_boot import BootCounter
+from mqb_client import BUSY, SESSION_LOST, Client, MQTTError
+from mqb_codec import FULL, BatchEncoder
+from mqb_outbox import CORRUPT, TOO_SMALL, UNKNOWN, Outbox
+from mqb_outbox import FULL as OUTBOX_FULL
+from mqb_record import (CH_DROPPED_TOTAL, CH_FREE_HEAP, CH_LAST_ERROR, CH_OUTBOX_BYTES, CH_OUTBOX_DEPTH,
+                        CH_RECONNECTS, CH_SAMPLED_TOTAL, HEADER_SIZE, READING_SIZE, RecordWriter, TickClock)
+from mqb_transport import TransportError
+
+DEFAULTS = {
+    "topic": "mqbatch/{device_id}/telemetry",
+    "status_topic": "mqbatch/{device_id}/status",
+    "qos": 1,
+    "sample_hz": 10,
+    "record_format": "binary",
+    "flush": {"max_count": 100, "max_bytes": 4096, "max_age_ms": 5000},
+    "outbox": {"segment_bytes": 16384, "segments": 8, "max_entries": 32, "policy": "drop_oldest"},
+    "health_every_s": 10,
+    "backoff": {"initial_ms": 500, "max_ms": 30000},
+    "run_for_s": None,          # None: run forever
+    "drain_timeout_s": 60,      # after run_for_s: how long to keep sending the outbox
+}
+BROKER_DEFAULTS = {"port": None, "tls": True, "ca": None, "server_hostname": None, "client_cert": None,
+                   "client_key": None, "username": None, "password": None, "keepalive_s": 30,
+                   "session_expiry_s": 3600, "receive_max": 4, "connect_timeout_ms": 3000}
+
+# Broker refusals worth retrying later (the batch stays in the outbox); any other
+# code >= 0x80 on a PUBACK is final: the batch is discarded and its records counted
+# as dropped on the device (health record dropped_total), never silently.
+TRANSIENT = (P.UNSPECIFIED_ERROR, P.SERVER_BUSY, P.QUOTA_EXCEEDED, P.IMPLEMENTATION_SPECIFIC_ERROR)
+
+HEALTH_CHANNELS = bytes((CH_FREE_HEAP, CH_OUTBOX_DEPTH, CH_DROPPED_TOTAL, CH_RECONNECTS, CH_LAST_ERROR,
+                         CH_SAMPLED_TOTAL, CH_OUTBOX_BYTES))
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _merge(dst, src):
+    for k in src:
+        v = src[k]
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = v
+    return dst
+
+
+def load_config(path="config.json"):
+    """Read the device config (boards/<board>/config.template.json) over the defaults."""
+    try:
+        with open(path) as f:
+            user = json.load(f)
+    except OSError as e:
+        raise ConfigError("cannot open %s: %s" % (path, e))
+    except ValueError as e:
+        raise ConfigError("%s is not valid JSON: %s" % (path, e))
+    return make_config(user)
+
+
+def make_config(user):
+    cfg = json.loads(json.dumps(DEFAULTS))          # a deep copy
+    cfg["broker"] = dict(BROKER_DEFAULTS)
+    _merge(cfg, user)
+    for key in ("device_id",):
+        if not cfg.get(key):
+            raise ConfigError("config lacks %r" % key)
+    b = cfg["broker"]
+    if not b.get("host"):
+        raise ConfigError("config lacks broker.host")
+    if b["tls"] and not b["ca"]:
+        raise ConfigError("broker.tls is on but broker.ca (the CA certificate file) is not set; "
+                          "plain TCP must be chosen explicitly with broker.tls = false")
+    if cfg["qos"] not in (0, 1, 2):
+        raise ConfigError("qos must be 0, 1 or 2, got %r" % cfg["qos"])
+    if not 0 < cfg["sample_hz"] <= 1000:
+        raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
+    return cfg
+
+
+class App:
+    """The application state. run() is the main loop; step() one iteration (tests)."""
+
+    def __init__(self, cfg, flash=None):
+        self.cfg = cfg
+        self.flash = flash or board.flash_dir()
+        dev = cfg["device_id"]
+        self.topic = cfg["topic"].format(device_id=dev).encode()
+        self.qos = cfg["qos"]
+        board.init(cfg)
+        self.boot = BootCounter(self.flash + "/mqb_boot").next()
+        self.clock = TickClock()
+        self.clock.set_from_rtc(board.time_synced())
+        fl = cfg["flush"]
+        self.max_age_ms = fl["max_age_ms"]
+        headroom = 64 + len(self.topic)
+        # two buffers: one fills with samples while the other sends a stored batch
+        self.enc = BatchEncoder(bytearray(headroom + fl["max_bytes"]), headroom, fl["max_count"], fl["max_bytes"])
+        self.out = BatchEncoder(bytearray(headroom + fl["max_bytes"]), headroom, fl["max_count"], fl["max_bytes"])
+        self.out_view = memoryview(self.out.buf)[headroom:]
+        ob = cfg["outbox"]
+        self.outbox = Outbox(self.flash + "/outbox", ob["segment_bytes"], ob["segments"], ob["max_entries"],
+                             ob["policy"])
+        if self.outbox.max_payload < fl["max_bytes"]:
+            raise ConfigError("outbox.segment_bytes %d holds batches of up to %d bytes, less than flush.max_bytes %d"
+                              % (ob["segment_bytes"], self.outbox.max_payload, fl["max_bytes"]))
+        self.writer = RecordWriter(self.enc, self.clock, self.boot, cfg["record_format"], self._renew_boot)
+        self.channels = bytes(board.CHANNELS)
+        self.values = array("i", [0] * len(self.channels))
+        self.health_values = array("i", [0] * len(HEALTH_CHANNELS))
+        self.record_size = HEADER_SIZE + READING_SIZE * len(self.channels)
+        self.client = self._make_client(cfg)
+        rm = self.client.receive_max
+        self._pid = array("H", [0] * rm)        # in flight: packet id -> outbox entry id
+        self._eid = array("i", [-1] * rm)
+        self._ids = array("i", [0])
+        # schedule
+        now = time.ticks_ms()
+        self.period_ms = max(1, int(1000 / cfg["sample_hz"]))
+        self.next_sample = now
+        self.next_health = now
+        self.health_ms = int(cfg["health_every_s"] * 1000)
+        self.batch_started = now
+        self.batch_first_seq = 0
+        self.batch_reported = -1
+        self.next_connect = now
+        self.hold_until = now
+        self.backoff_n = 0
+        self.cursor = -1           # highest outbox id sent on this connection
+        self.sampling = True
+        self.paused = False        # outbox full with policy "stop"
+        # counters (health records and the final summary)
+        self.sampled = 0
+        self.stored_records = 0
+        self.stored_batches = 0
+        self.acked_batches = 0
+        self.acked_records = 0
+        self.refused_batches = 0
+        self.reconnects = 0
+        self.connects = 0
+        self.last_error = 0
+        self.missed_samples = 0
+        self.wire_bytes = 0
+        self.publishes = 0
+        self.peak_heap = 0
+        log("boot %d, device %s, outbox %d entries (%d records) pending" % (
+            self.boot, dev, self.outbox.depth, self.outbox.pending_records))
+
+    def _make_client(self, cfg):
+        from mqb_transport import Transport
+        b = cfg["broker"]
+        self.transport = Transport(b["host"], b["port"], cafile=b["ca"] if b["tls"] else None,
+                                   certfile=b["client_cert"], keyfile=b["client_key"],
+                                   server_hostname=b["server_hostname"], plain_tcp=not b["tls"],
+                                   timeout_ms=b["connect_timeout_ms"])
+        status = self.cfg["status_topic"].format(device_id=self.cfg["device_id"])
+        will = P.Will(status, b"offline", qos=1, retain=True)
+        return Client(self.transport, self.cfg["device_id"], b["username"], b["password"], b["keepalive_s"],
+                      b["session_expiry_s"], b["receive_max"], will=will, on_ack=self._on_ack,
+                      timeout_ms=b["connect_timeout_ms"])
+
+    def _renew_boot(self):
+        self.boot = BootCounter(self.flash + "/mqb_boot").next()
+        self.outbox.rebase()
+        return self.boot
+
+    # ---- sampling and batching ------------------------------------------------
+
+    def _sample(self):
+        board.sample(self.values)
+        seq = self.writer.sample(self.channels, self.values)
+        if seq == FULL:
+            if not self._seal():
+                return False
+            seq = self.writer.sample(self.channels, self.values)
+        self._added(seq)
+        self.sampled += 1
+        return True
+
+    def _health(self):
+        v = self.health_values
+        ob = self.outbox
+        v[0] = gc.mem_free()
+        v[1] = ob.depth
+        v[2] = ob.dropped_report()
+        v[3] = self.reconnects
+        v[4] = self.last_error
+        v[5] = self.sampled
+        v[6] = ob.bytes_used
+        seq = self.writer.health(HEALTH_CHANNELS, v)
+        if seq == FULL:
+            if not self._seal():
+                return False
+            seq = self.writer.health(HEALTH_CHANNELS, v)
+        self.batch_reported = v[2]     # this batch carries the report (before _added may seal it)
+        self._added(seq)
+        return True
+
+    def _added(self, seq):
+        enc = self.enc
+        if enc.count == 1:
+            self.batch_started = time.ticks_ms()
+            self.batch_first_seq = seq
+        # seal as soon as the next record could not fit
+        if enc.count >= enc.max_count or enc.limit - enc.payload_len < self.record_size + 2:
+            self._seal()
+
+    def _seal(self):
+        """Move the open batch into the outbox. False if the outbox refused (policy stop)."""
+        enc = self.enc
+        if not enc.count:
+            return True
+        last = self.writer.seq - 1
+        eid = self.outbox.append(enc.payload(), enc.count, self.writer.boot, self.batch_first_seq, last,
+                                 self.batch_reported)
+        if eid == OUTBOX_FULL:
+            if not self.paused:
+                log("outbox full (policy stop): sampling paused")
+            self.paused = True
+            return False
+        if self.paused:
+            log("outbox has room again: sampling resumed")
+        self.paused = False
+        self.stored_records += enc.count
+        self.stored_batches += 1
+        print("MQB-STORED %d %d %d %d" % (eid, self.writer.boot, self.batch_first_seq, last))
+        enc.reset()
+        self.batch_reported = -1
+        return True
+
+    # ---- network --------------------------------------------------------------
+
+    def _backoff(self, now):
+        b = self.cfg["backoff"]
+        delay = b["initial_ms"] << min(self.backoff_n, 16)
+        if delay > b["max_ms"]:
+            delay = b["max_ms"]
+        delay = delay // 2 + (int.from_bytes(os.urandom(2), "little") * (delay // 2)) // 65536  # jitter
+        self.backoff_n += 1
+        self.next_connect = time.ticks_add(now, delay)
+        return delay
+
+    def _connect(self, now):
+        c = self.client
+        if not board.network_up() and not board.network_connect(self.cfg):
+            log("network down; retry in %d ms" % self._backoff(now))
+            return
+        if not self.clock.synced and board.sync_time():
+            self.clock.set_from_rtc(True)
+        try:
+            present = c.connect()
+        except (MQTTError, TransportError) as e:
+            self._failed(e, now)
+            return
+        if self.connects:
+            self.reconnects += 1
+        self.connects += 1
+        self.backoff_n = 0
+        self.cursor = -1
+        # batches must fit the broker's Maximum Packet Size from now on
+        try:
+            c.apply_budget(self.enc, self.topic, self.qos)
+            c.apply_budget(self.out, self.topic, self.qos)
+        except MQTTError as e:          # the broker's limit leaves no room for a batch
+            self._failed(e, now)
+            return
+        log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
+            % (present, c.limit, c.max_send_size, self.enc.limit))
+        if present:
+            for pid in c.pending_resend():
+                i = self._slot(pid)
+                eid = self._eid[i] if i >= 0 else -1
+                if eid < 0 or self._load(eid) < 0:
+                    c.abandon(pid)
+                    if i >= 0:
+                        self._eid[i] = -1
+                    continue
+                self._publish(eid, pid)
+
+    def _failed(self, e, now):
+        """A connection attempt or an established link failed: log the reason code, back off."""
+        if isinstance(e, MQTTError):
+            self.last_error = e.code
+            ref = getattr(e, "server_reference", None)
+            if e.code in (P.USE_ANOTHER_SERVER, P.SERVER_MOVED) and ref:
+                self._use_server(ref)
+        else:
+            code = e.errno
+            self.last_error = -abs(code) if isinstance(code, int) and code else -1
+        if self.client.connected:
+            self.client.drop()
+        log("link: %s; retry in %d ms" % (e, self._backoff(now)))
+
+    def _use_server(self, ref):
+        host, _, port = ref.partition(":")
+        self.transport.host = host
+        if port:
+            self.transport.port = int(port)
+        log("server reference: next connect goes to %s" % ref)
+
+    def _slot(self, pid):
+        for i in range(len(self._pid)):
+            if self._eid[i] >= 0 and self._pid[i] == pid:
+                return i
+        return -1
+
+    def _in_flight(self, eid):
+        for i in range(len(self._eid)):
+            if self._eid[i] == eid:
+                return True
+        return False
+
+    def _load(self, eid):
+        """Read a stored batch into the send buffer; its length, or < 0 if it is gone."""
+        n = self.outbox.read(eid, self.out_view)
+        if n == CORRUPT:
+            log("outbox entry %d failed its CRC: discarded, records counted dropped" % eid)
+            return n
+        if n == TOO_SMALL or n == UNKNOWN:
+            return n
+        if n > self.out.limit:
+            return self._split(eid, n)
+        self.out.load(n, self.outbox.entry_records)
+        return n
+
+    def _split(self, eid, n):
+        """A stored batch larger than the broker now allows: store its sub-messages
+        again as smaller batches, then remove the original. Nothing is dropped."""
+        ob = self.outbox
+        boot, seq = ob.entry_boot, ob.entry_first_seq
+        buf = self.out.buf
+        h = self.out.headroom
+        part = BatchEncoder(bytearray(h + self.out.limit), h, self.out.max_count, self.out.limit)
+        pos, end = h, h + n
+        from mqb_codec import vbi_read, vbi_size
+        while pos < end:
+            k = vbi_read(buf, pos, end)
+            start = pos + vbi_size(k)
+            if not part.add(memoryview(buf)[start:start + k]):
+                ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1)
+                seq += part.count
+                part.reset()
+                part.add(memoryview(buf)[start:start + k])
+            pos = start + k
+        if part.count:
+            ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1)
+        ob.ack(eid)
+        log("outbox entry %d (%d bytes) exceeded the broker's limit: re-stored in smaller batches" % (eid, n))
+        return -1
+
+    def _publish(self, eid, resend_pid=0):
+        c = self.client
+        pid = c.publish_batch(self.out, self.topic, self.qos, resend_pid=resend_pid)
+        if pid == BUSY:
+            return False
+        self.publishes += 1
+        self.wire_bytes += c.last_size
+        if self.qos == 0:
+            self.outbox.ack(eid)
+            self.acked_batches += 1
+            self.acked_records += self.out.count
+            return True
+        for i in range(len(self._eid)):
+            if self._eid[i] < 0 or self._pid[i] == pid:
+                self._eid[i] = eid
+                self._pid[i] = pid
+                return True
+        raise RuntimeError("in-flight table full: client allowed more than receive_max")
+
+    def _drain(self, now):
+        """Send stored batches, oldest first, while Receive Maximum allows."""
+        c = self.client
+        if time.ticks_diff(now, self.hold_until) < 0:
+            return
+        while c.connected and c.inflight < c.limit:
+            if not self.outbox.peek(self._ids, 1, self.cursor):
+                return
+            eid = self._ids[0]
+            if self._in_flight(eid):
+                self.cursor = eid
+                continue
+            if self._load(eid) < 0:
+                self.cursor = eid
+                continue
+            if not self._publish(eid):
+                return
+            self.cursor = eid
+
+    def _on_ack(self, pid, code, reason):
+        i = self._slot(pid)
+        if i < 0:
+            log("ack for unknown packet id %d (code 0x%02x)" % (pid, code & 0xFF))
+            return
+        eid = self._eid[i]
+        self._eid[i] = -1
+        if code == SESSION_LOST:
+            self.cursor = -1        # the broker forgot it: send it again
+            return
+        if code < 0x80:
+            n = self.outbox.records(eid)
+            if self.outbox.ack(eid) == 0:
+                self.acked_batches += 1
+                self.acked_records += n
+            return
+        self.last_error = code
+        self.refused_batches += 1
+        if code in TRANSIENT:
+            self.cursor = -1
+            self.hold_until = time.ticks_add(time.ticks_ms(), self.cfg["backoff"]["initial_ms"] << 2)
+            log("broker refused batch %d with 0x%02x %s (%s): kept, retried later"
+                % (eid, code, P.reason_name(code), reason))
+        else:
+            n = self.outbox.records(eid)
+            self.outbox.discard(eid)
+            log("broker refused batch %d with 0x%02x %s (%s): discarded, %d records counted dropped"
+                % (eid, code, P.reason_name(code), reason, n))
+
+    def _network(self, now):
+        c = self.client
+        if not c.connected:
+            if time.ticks_diff(now, self.next_connect) >= 0:
+                self._connect(now)
+            return
+        try:
+            c.service()
+            self._drain(now)
+        except (MQTTError, TransportError) as e:
+            self._failed(e, now)
+
+    # ---- main loop --------------------------------------------------------------
+
+    def step(self):
+        now = time.ticks_ms()
+        if self.sampling:
+            if self.paused and not self._seal():
+                while time.ticks_diff(now, self.next_sample) >= 0:   # no room: samples not taken
+                    self.missed_samples += 1
+                    self.next_sample = time.ticks_add(self.next_sample, self.period_ms)
+            while time.ticks_diff(now, self.next_sample) >= 0 and not self.paused:
+                self._sample()
+                self.next_sample = time.ticks_add(self.next_sample, self.period_ms)
+            if self.health_ms and time.ticks_diff(now, self.next_health) >= 0 and not self.paused:
+                self._health()
+                self.next_health = time.ticks_add(self.next_health, self.health_ms)
+            if self.enc.count and time.ticks_diff(now, self.batch_started) >= self.max_age_ms:
+                self._seal()
+        self._network(now)
+        used = gc.mem_alloc()
+        if used > self.peak_heap:
+            self.peak_heap = used
+        # sleep until the next sample is due, waking early for broker data
+        wait = time.ticks_diff(self.next_sample, time.ticks_ms()) if self.sampling else 20
+        if wait > 0:
+            if self.client.connected:
+                self.transport.wait(min(wait, 50))
+            else:
+                time.sleep_ms(min(wait, 50))
+
+    def stop_sampling(self):
+        """Stop sampling and store the open batch (the run is ending)."""
+        if self.sampling:
+            self._health()
+            self.sampling = False
+            self._seal()
+
+    def idle(self):
+        return (not self.sampling and self.outbox.depth == 0 and not self.enc.count
+                and self.client.inflight == 0)
+
+    def run(self, run_for_s=None, drain_timeout_s=None):
+        run_for_s = self.cfg["run_for_s"] if run_for_s is None else run_for_s
+        drain_s = self.cfg["drain_timeout_s"] if drain_timeout_s is None else drain_timeout_s
+        start = drain_start = time.ticks_ms()
+        try:
+            while True:
+                self.step()
+                if run_for_s is not None and self.sampling and \
+                        time.ticks_diff(time.ticks_ms(), start) >= run_for_s * 1000:
+                    self.stop_sampling()
+                    drain_start = time.ticks_ms()
+                    log("sampling stopped after %d s; draining the outbox" % run_for_s)
+                if not self.sampling:
+                    if self.idle() or time.ticks_diff(time.ticks_ms(), drain_start) >= drain_s * 1000:
+                        break
+        finally:
+            self.stop_sampling()
+            if self.client.connected:
+                try:
+                    self.client.disconnect()
+                except TransportError as e:
+                    log("disconnect: %s" % e)
+            self.outbox.close()
+            print("MQB-SUMMARY " + json.dumps(self.summary()))
+
+    def summary(self):
+        return {"device": self.cfg["device_id"], "boot": self.boot, "sampled": self.sampled,
+                "stored_records": self.stored_records, "stored_batches": self.stored_batches,
+                "acked_records": self.acked_records, "acked_batches": self.acked_batches,
+                "refused_batches": self.refused_batches, "publishes": self.publishes,
+                "wire_bytes": self.wire_bytes, "reconnects": self.reconnects, "last_error": self.last_error,
+                "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
+                "dropped_total": self.outbox.dropped_total, "missed_samples": self.missed_samples,
+                "peak_heap": self.peak_heap, "next_seq": self.writer.seq}
+
+
+def log(msg):
+    print("mqb:", msg)
+
+
+def main(config="config.json"):
+    app = App(load_config(config))
+    app.run()

@@ -1,0 +1,151 @@
+"""Virtual devices: N MicroPython Unix-port processes, each running the real
+firmware application (firmware/ compiled to .mpy, board `unix`) with its own
+identity, credentials and flash directory.
+
+    fleet = Fleet(run_dir, broker_host, broker_port, ca=pki.ca_cert, credentials={"dev-001": "pw", ...})
+    fleet.start()                    # one process per device
+    fleet.kill("dev-001")            # SIGKILL: a power cut
+    fleet.start_device("dev-001")    # reboot: boot counter +1, outbox resent
+    fleet.wait(timeout)              # each run ends by itself after run_for_s + draining
+    fleet.summaries()                # the MQB-SUMMARY line of each device's last run
+    fleet.stored()                   # every (device, boot, seq) a device reported stored in its outbox
+
+Each device's flash directory is <run_dir>/<device>/ (config.json, ca.pem,
+outbox/, boot counter); what it prints goes to console.log there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+from mqbatch.deploy import compile_firmware
+from mqbatch.paths import micropython_exe
+
+
+class DeviceError(RuntimeError):
+    pass
+
+
+def device_ids(count: int, prefix: str = "dev") -> list[str]:
+    return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
+
+
+class Fleet:
+    def __init__(self, run_dir: os.PathLike | str, host: str, port: int, *, credentials: dict[str, str],
+                 ca: os.PathLike | str | None = None, tls: bool = True, server_hostname: str = "localhost",
+                 heapsize: str | None = "64K", config: dict | None = None):
+        self.run_dir = pathlib.Path(run_dir).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.credentials = dict(credentials)
+        self.heapsize = heapsize
+        self.firmware = self.run_dir / "firmware"
+        compile_firmware("unix", self.firmware)
+        self.procs: dict[str, subprocess.Popen] = {}
+        for dev, password in self.credentials.items():
+            d = self.dir(dev)
+            d.mkdir(parents=True, exist_ok=True)
+            cfg = {"device_id": dev, "broker": {"host": host, "port": port, "tls": tls, "username": dev,
+                                                "password": password, "server_hostname": server_hostname}}
+            if tls:
+                if ca is None:
+                    raise DeviceError("tls=True needs the CA certificate (ca=...)")
+                shutil.copyfile(ca, d / "ca.pem")
+                cfg["broker"]["ca"] = "ca.pem"
+            merged = json.loads(json.dumps(config or {}))
+            merged.setdefault("broker", {}).update(cfg.pop("broker"))
+            merged.update(cfg)
+            (d / "config.json").write_text(json.dumps(merged, indent=1))
+
+    def dir(self, dev: str) -> pathlib.Path:
+        return self.run_dir / dev
+
+    def start(self) -> "Fleet":
+        for dev in self.credentials:
+            self.start_device(dev)
+        return self
+
+    def start_device(self, dev: str) -> subprocess.Popen:
+        old = self.procs.get(dev)
+        if old is not None and old.poll() is None:
+            raise DeviceError(f"{dev} is still running (pid {old.pid})")
+        cmd = [str(micropython_exe())] + (["-X", f"heapsize={self.heapsize}"] if self.heapsize else []) + [
+            "-c", "import mqb_app; mqb_app.main()"]
+        env = dict(os.environ, MICROPYPATH=f".frozen:{self.firmware}")
+        log = open(self.dir(dev) / "console.log", "ab")
+        try:
+            self.procs[dev] = subprocess.Popen(cmd, cwd=self.dir(dev), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        return self.procs[dev]
+
+    def kill(self, dev: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs[dev]
+        if p.poll() is None:
+            p.send_signal(sig)
+            p.wait(10)
+
+    def running(self) -> list[str]:
+        return [d for d, p in self.procs.items() if p.poll() is None]
+
+    def wait(self, timeout: float, progress=None) -> dict[str, int]:
+        """Wait for every device process to end; returns exit codes. Kills stragglers
+        after timeout and raises DeviceError naming them."""
+        deadline = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() > deadline:
+                late = self.running()
+                self.stop()
+                raise DeviceError(f"devices still running after {timeout:.0f} s: {', '.join(late)}")
+            if progress:
+                progress(self)
+            time.sleep(0.5)
+        return {d: p.returncode for d, p in self.procs.items()}
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def console(self, dev: str) -> str:
+        path = self.dir(dev) / "console.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def summaries(self) -> dict[str, dict]:
+        """The last MQB-SUMMARY of each device (devices that never finished a run are absent)."""
+        out = {}
+        for dev in self.credentials:
+            for line in self.console(dev).splitlines():
+                if line.startswith("MQB-SUMMARY "):
+                    out[dev] = json.loads(line[len("MQB-SUMMARY "):])
+        return out
+
+    def stored(self) -> set[tuple[str, int, int]]:
+        """Every (device, boot, seq) whose batch the device reported on flash (MQB-STORED)."""
+        keys = set()
+        for dev in self.credentials:
+            for line in self.console(dev).splitlines():
+                if line.startswith("MQB-STORED "):
+                    parts = line.split()
+                    if len(parts) != 5:
+                        continue            # a line torn by SIGKILL: that batch may not be on flash
+                    _, boot, first, last = (int(x) for x in parts[1:])
+                    keys.update((dev, boot, s) for s in range(first, last + 1))
+        return keys
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
