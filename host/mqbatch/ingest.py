@@ -178,6 +178,14 @@ class Recorder:
                     self.acked += 1
 
     def _writer_loop(self, done: threading.Event) -> None:
+        try:
+            self._land_until_sentinel()
+        except Exception as e:  # any landing failure (disk full, I/O error) stops the recorder, loudly
+            self._fail(f"landing failed, nothing more is acknowledged: {type(e).__name__}: {e}")
+        finally:
+            done.set()
+
+    def _land_until_sentinel(self) -> None:
         last_report, last_count = time.monotonic(), 0
         finished = False
         while not finished:
@@ -207,7 +215,6 @@ class Recorder:
                 self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
                           f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
                 last_report, last_count = now, self.landed
-        done.set()
 
     # -- lifecycle ---------------------------------------------------------------
     def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
@@ -233,11 +240,17 @@ class Recorder:
             while not (stop.is_set() or self._failed.is_set()):
                 stop.wait(0.2)
         finally:
-            self.client.disconnect()          # the session (and undelivered messages) stays on the broker
-            self.client.loop_stop()
+            # land and acknowledge what is queued, then disconnect (the session and its
+            # undelivered messages stay on the broker). Whatever arrives after that is
+            # neither landed nor acknowledged: the broker redelivers it on reconnect, so a
+            # clean stop leaves no duplicate behind.
             self._queue.put(None)
             writer_done.wait(60)
+            self.client.disconnect()
+            self.client.loop_stop()
+            left = self._queue.qsize()
             path = self.writer.close()
             self._say(f"stopped: {self.landed} PUBLISHes landed, {self.acked} acked, "
-                      f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}")
+                      f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}"
+                      f"{f', {left} unacknowledged left to the broker' if left else ''}")
         return 1 if self.error else 0
