@@ -360,11 +360,8 @@ class Client:
                 if self._inflight >= self._limit:
                     return BUSY
                 pid = resend_pid
-            else:
-                if self._resend or self._inflight >= self._limit:
-                    return BUSY
-                slot = self._free_slot()
-                pid = self._new_pid()
+            elif self._resend or self._inflight >= self._limit:
+                return BUSY
         elif resend_pid:
             raise ValueError("resend_pid needs QoS 1 or 2")
         # topic alias: first use sends name + alias, later uses an empty name + alias
@@ -389,6 +386,9 @@ class Client:
             raise MQTTError(P.PACKET_TOO_LARGE, "PUBLISH", None,
                             "PUBLISH of %d bytes exceeds the broker's Maximum Packet Size %d; nothing sent"
                             % (size, self._mps), True)
+        if qos and not resend_pid:
+            slot = self._free_slot()
+            pid = self._new_pid()
         start = P.write_publish_header(enc.buf, enc.headroom, flags, topic, tlen, pid, alias, expiry,
                                        content_type, payload_format, enc)
         if qos:

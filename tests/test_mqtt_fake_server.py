@@ -1,0 +1,398 @@
+"""The device client's handling of packets a real broker will not send: every reason
+code in CONNACK / PUBACK / PUBREC / PUBCOMP / DISCONNECT, malformed, truncated and
+oversized packets, protocol violations. A scripted fake server (CPython sockets)
+plays the broker; the client is firmware/mqb_client.py in the MicroPython Unix port.
+Each case must end in a named, reported result, never a crash."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from mqbatch_testing.broker import of, run_drive
+
+CONNACK_OK = b"\x20\x03\x00\x00\x00"
+CONNACK_CODES = {0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C, 0x90, 0x95, 0x97,
+                 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9F}
+PUBACK_CODES = {0x00, 0x10, 0x80, 0x83, 0x87, 0x90, 0x91, 0x97, 0x99}
+PUBCOMP_CODES = {0x00, 0x92}
+DISCONNECT_CODES = {0x00, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x90, 0x93, 0x94, 0x95, 0x96,
+                    0x97, 0x98, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2}
+TOPIC = "mqbatch/device-1/telemetry"
+
+
+def vbi(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def packet(first: int, body: bytes) -> bytes:
+    return bytes([first]) + vbi(len(body)) + body
+
+
+def string(pid: int, text: str) -> bytes:
+    t = text.encode()
+    return bytes([pid]) + len(t).to_bytes(2, "big") + t
+
+
+def pid_of(publish_body: bytes) -> bytes:
+    """The packet identifier bytes of a QoS > 0 PUBLISH body."""
+    tlen = int.from_bytes(publish_body[:2], "big")
+    return publish_body[2 + tlen:4 + tlen]
+
+
+def props(*items: bytes) -> bytes:
+    b = b"".join(items)
+    return vbi(len(b)) + b
+
+
+class Conn:
+    """One client connection at the fake server: what it received, in order."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.received: list[tuple[int, bytes]] = []  # (first byte, body)
+        self._buf = b""
+
+    def _fill(self, n: int) -> bool:
+        while len(self._buf) < n:
+            try:
+                data = self.sock.recv(65536)
+            except (socket.timeout, OSError):
+                return False
+            if not data:
+                return False
+            self._buf += data
+        return True
+
+    def read(self) -> tuple[int, bytes] | None:
+        """Next whole packet from the client, or None (closed / 3 s of silence)."""
+        if not self._fill(2):
+            return None
+        i, n, shift = 1, 0, 0
+        while True:
+            if not self._fill(i + 1):
+                return None
+            c = self._buf[i]
+            n |= (c & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not c & 0x80:
+                break
+        if not self._fill(i + n):
+            return None
+        pkt = (self._buf[0], self._buf[i:i + n])
+        self._buf = self._buf[i + n:]
+        self.received.append(pkt)
+        return pkt
+
+    def expect(self, ptype: int) -> bytes:
+        pkt = self.read()
+        assert pkt is not None and pkt[0] >> 4 == ptype, f"fake server expected packet type {ptype}, got {pkt}"
+        return pkt[1]
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def types(self) -> list[int]:
+        return [f >> 4 for f, _ in self.received]
+
+
+class FakeServer:
+    """Serves scenario k to the k-th connection; after the scenario it reads (and
+    records) whatever the client still sends until it closes."""
+
+    def __init__(self, scenarios: list[Callable[[Conn], None]]):
+        self.scenarios = scenarios
+        self.conns: list[Conn] = []
+        self.failures: list[str] = []
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        for scenario in self.scenarios:
+            try:
+                s, _ = self.srv.accept()
+            except OSError:
+                return
+            s.settimeout(3)
+            conn = Conn(s)
+            self.conns.append(conn)
+            try:
+                scenario(conn)
+                while conn.read() is not None:
+                    continue
+            except (AssertionError, OSError) as e:
+                self.failures.append(f"connection {len(self.conns) - 1}: {e}")
+            finally:
+                s.close()
+
+    def close(self):
+        self.srv.close()
+        self.thread.join(5)
+
+
+def drive(server: FakeServer, steps, tmp_path, client=None):
+    plan = {"transport": {"host": "127.0.0.1", "port": server.port, "plain_tcp": True, "timeout_ms": 3000},
+            "client": {"client_id": "device-1", "keepalive": 30, "timeout_ms": 3000, **(client or {})},
+            "steps": steps}
+    try:
+        events = run_drive(plan, tmp_path, timeout=180)
+    finally:
+        server.close()
+    assert not server.failures, (server.failures, json.dumps(events))
+    return events
+
+
+def results(events):
+    """Per step: the error or the connack/ack event that ended it, in order."""
+    return [e for e in events if e["event"] in ("error", "connack", "ack")]
+
+
+C = {"continue": True}
+
+
+def test_every_connack_reason_code(tmp_path):
+    def scenario(code):
+        def run(c: Conn):
+            c.expect(1)
+            body = bytes([0, code]) + (props(string(0x1F, f"no-{code:02x}"), string(0x1C, "other:8883"))
+                                       if code >= 0x80 else props())
+            c.send(packet(0x20, body))
+        return run
+
+    server = FakeServer([scenario(code) for code in range(256)])
+    steps = []
+    for _ in range(256):
+        steps += [["connect", C], ["drop", {}]]
+    ev = results(drive(server, steps, tmp_path))
+    assert len(ev) == 256
+    for code, e in enumerate(ev):
+        if code == 0:
+            assert e["event"] == "connack"
+        elif code in CONNACK_CODES:
+            assert (e["event"], e["code"], e["packet"], e["local"], e["reason"]) == (
+                "error", code, "CONNACK", False, f"no-{code:02x}"), e
+            assert f"0x{code:02X}" in e["message"] and "other:8883" in e["message"]
+        else:
+            assert (e["code"], e["local"]) == (0x81, True), e
+            assert "reason code not defined for this packet" in e["message"]
+
+
+def _ack_server(ptype: int, code: int, qos: int):
+    """CONNACK ok; answer the PUBLISH's step `ptype` (4 PUBACK, 5 PUBREC, 7 PUBCOMP) with `code`."""
+    def reply(c: Conn, first: int, pid: bytes, rc: int):
+        extra = props(string(0x1F, f"r-{rc:02x}")) if rc >= 0x80 else b""
+        c.send(packet(first, pid + bytes([rc]) + extra))
+
+    def run(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        pid = pid_of(c.expect(3))
+        if qos == 1:
+            reply(c, 0x40, pid, code)
+            return
+        reply(c, 0x50, pid, code if ptype == 5 else 0)
+        if ptype == 7 or code in (0x00, 0x10):
+            assert c.expect(6) == pid  # PUBREL
+            reply(c, 0x70, pid, code if ptype == 7 else 0)
+    return run
+
+
+@pytest.mark.parametrize("ptype, codes, qos", [(4, PUBACK_CODES, 1), (5, PUBACK_CODES, 2), (7, PUBCOMP_CODES, 2)],
+                         ids=["PUBACK", "PUBREC", "PUBCOMP"])
+def test_every_ack_reason_code(ptype, codes, qos, tmp_path):
+    server = FakeServer([_ack_server(ptype, code, qos) for code in range(256)])
+    steps = []
+    for _ in range(256):
+        steps += [["connect", C], ["publish", {"topic": TOPIC, "qos": qos, "service": False, **C}],
+                  ["flush", {"timeout_ms": 3000, **C}], ["disconnect", C], ["drop", {}]]
+    ev = drive(server, steps, tmp_path, client={"session_expiry": 0})
+    outcome = [e for e in results(ev) if e["event"] != "connack"]
+    outcome = [e for e in outcome if not (e["event"] == "ack" and e["code"] == -3)]  # SESSION_LOST of a failed one
+    assert len(outcome) == 256, outcome[:5]
+    for code, e in enumerate(outcome):
+        conn = server.conns[code]
+        if code in codes:
+            final = 0 if ptype == 5 and code < 0x80 else code  # a successful PUBREC ends with PUBCOMP 0
+            assert e["event"] == "ack" and e["code"] == final, (code, e)
+            assert e["reason"] == (f"r-{code:02x}" if code >= 0x80 else None)
+            # PUBREL follows a successful PUBREC only; a refused message ends the flow
+            assert (6 in conn.types()) == (qos == 2 and (ptype == 7 or code < 0x80)), (code, conn.types())
+            assert conn.types()[-1] == 14  # the client's DISCONNECT
+        else:
+            assert e["event"] == "error" and (e["code"], e["local"]) == (0x81, True), (code, e)
+            assert conn.received[-1] == (0xE0, b"\x81")  # the client said why before closing
+
+
+def test_every_disconnect_reason_code(tmp_path):
+    def scenario(code):
+        def run(c: Conn):
+            c.expect(1)
+            c.send(CONNACK_OK)
+            c.send(packet(0xE0, bytes([code]) + props(string(0x1F, f"bye-{code:02x}"), string(0x1C, "b.example"))))
+        return run
+
+    server = FakeServer([scenario(code) for code in range(256)])
+    steps = []
+    for _ in range(256):
+        steps += [["connect", C], ["service_for", {"ms": 3000, **C}], ["drop", {}]]
+    ev = [e for e in results(drive(server, steps, tmp_path)) if e["event"] == "error"]
+    assert len(ev) == 256
+    for code, e in enumerate(ev):
+        if code in DISCONNECT_CODES:
+            assert (e["code"], e["packet"], e["local"], e["reason"]) == (code, "DISCONNECT", False, f"bye-{code:02x}")
+            assert "server reference 'b.example'" in e["message"]
+        else:
+            assert (e["code"], e["local"]) == (0x81, True), (code, e)
+    named = {0x8E: "Session taken over", 0x95: "Packet too large", 0x9C: "Use another server"}
+    for code, name in named.items():
+        assert name in ev[code]["message"]
+
+
+def ok_then(*sends: bytes, publish=False, close=False):
+    """CONNACK ok, [read a PUBLISH], send `sends`, [close the connection]."""
+    def run(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        if publish:
+            c.expect(3)
+        for s in sends:
+            c.send(s)
+        if close:
+            c.sock.shutdown(socket.SHUT_WR)
+    return run
+
+
+def connack_then_close(data: bytes):
+    def run(c: Conn):
+        c.expect(1)
+        c.send(data)
+        c.sock.shutdown(socket.SHUT_WR)
+    return run
+
+
+def silent(c: Conn):
+    c.expect(1)
+    c.read()  # say nothing until the client gives up
+
+
+# (name, server scenario, client steps, expected error fields, DISCONNECT reason the client must send or None)
+PUB = ["publish", {"topic": TOPIC, "qos": 1, "service": False, **C}]
+FLUSH = ["flush", {"timeout_ms": 3000, **C}]
+CASES = [
+    ("connack-bad-property-id", connack_then_close(b"\x20\x04\x00\x00\x01\x04"), [["connect", C]],
+     {"code": 0x81, "text": "unknown property"}, None),
+    ("connack-topic-alias-property", connack_then_close(b"\x20\x06\x00\x00\x03\x23\x00\x01"), [["connect", C]],
+     {"code": 0x81, "text": "not allowed in this packet"}, None),
+    ("connack-duplicate-property", connack_then_close(b"\x20\x09\x00\x00\x06\x21\x00\x01\x21\x00\x02"),
+     [["connect", C]], {"code": 0x81, "text": "appears twice"}, None),
+    ("connack-truncated", connack_then_close(b"\x20\x0a\x00\x00"), [["connect", C]],
+     {"type": "TransportError", "text": "connection closed by the broker"}, None),
+    ("connack-v311", connack_then_close(b"\x20\x02\x00\x01"), [["connect", C]],
+     {"code": 0x81, "text": "truncated"}, None),
+    ("connack-oversized", connack_then_close(b"\x20\xff\xff\xff\x7f"), [["connect", C]],
+     {"code": 0x95, "text": "268435460-byte packet"}, None),
+    ("connack-5-byte-length", connack_then_close(b"\x20\xff\xff\xff\xff\x01"), [["connect", C]],
+     {"code": 0x81, "text": "longer than 4 bytes"}, None),
+    ("connack-session-present-on-clean-start", connack_then_close(b"\x20\x03\x01\x00\x00"), [["connect", C]],
+     {"code": 0x82, "text": "Session Present with Clean Start"}, None),
+    ("first-packet-not-connack", connack_then_close(b"\x40\x02\x00\x01"), [["connect", C]],
+     {"code": 0x82, "text": "expected CONNACK"}, None),
+    ("no-connack", silent, [["connect", C]], {"type": "TransportError", "text": "no CONNACK within 3000 ms"}, None),
+    ("puback-unknown-packet-id", ok_then(b"\x40\x02\x12\x34", publish=True), [["connect", C], PUB, FLUSH],
+     {"code": 0x82, "text": "packet id 4660"}, 0x82),
+    ("puback-packet-id-0", ok_then(b"\x40\x02\x00\x00", publish=True), [["connect", C], PUB, FLUSH],
+     {"code": 0x81, "text": "packet identifier 0"}, 0x81),
+    ("puback-bad-property", ok_then(b"\x40\x07\x00\x01\x00\x03\x1c\x00\x00", publish=True),
+     [["connect", C], PUB, FLUSH], {"code": 0x81, "text": "not allowed"}, 0x81),
+    ("puback-reserved-flags", ok_then(b"\x42\x02\x00\x01", publish=True), [["connect", C], PUB, FLUSH],
+     {"code": 0x81, "text": "reserved flags"}, 0x81),
+    ("puback-cut-by-close", ok_then(b"\x40\x02\x00", publish=True, close=True), [["connect", C], PUB, FLUSH],
+     {"type": "TransportError", "text": "closed by the broker"}, None),
+    ("publish-from-server", ok_then(b"\x30\x07\x00\x01t\x00abc"), [["connect", C], ["service_for", {"ms": 3000}]],
+     {"code": 0x82, "text": "unexpected PUBLISH"}, 0x82),
+    ("auth-from-server", ok_then(b"\xf0\x00"), [["connect", C], ["service_for", {"ms": 3000}]],
+     {"code": 0x82, "text": "unexpected AUTH"}, 0x82),
+    ("pingresp-with-body", ok_then(b"\xd0\x01\x00"), [["connect", C], ["service_for", {"ms": 3000}]],
+     {"code": 0x81, "text": "PINGRESP with flags or a body"}, 0x81),
+    ("disconnect-with-session-expiry", ok_then(b"\xe0\x07\x8b\x05\x11\x00\x00\x00\x00"),
+     [["connect", C], ["service_for", {"ms": 3000}]], {"code": 0x81, "text": "not allowed"}, None),
+    ("larger-than-client-maximum", ok_then(b"\xe0\xfc\x03" + b"\x00" * 508), [["connect", C],
+                                                                             ["service_for", {"ms": 3000}]],
+     {"code": 0x95, "text": "511-byte packet"}, 0x95),
+    ("no-pingresp", ok_then(), [["connect", C], ["service_for", {"ms": 8000}]],
+     {"code": 0x8D, "text": "link is dead"}, None),
+]
+
+
+def test_malformed_and_unexpected_packets_are_named(tmp_path):
+    steps = []
+    for name, _, s, _, _ in CASES:
+        steps += [["mark", {"name": name}]] + s + [["drop", {}]]
+    server = FakeServer([c[1] for c in CASES])
+    ev = drive(server, steps, tmp_path, client={"session_expiry": 0, "keepalive": 1})
+    # pair each case's mark with the error that followed it
+    by_case, current = {}, None
+    for e in ev:
+        if e["event"] == "mark":
+            current = e["name"]
+        elif e["event"] == "error":
+            assert current not in by_case, (current, e)
+            by_case[current] = e
+    for (name, _, _, want, sent_reason), conn in zip(CASES, server.conns):
+        e = by_case.get(name)
+        assert e is not None, f"{name}: no error reported"
+        assert e["type"] == want.get("type", "MQTTError"), (name, e)
+        if "code" in want:
+            assert e["code"] == want["code"] and e["local"], (name, e)
+        assert want["text"] in e["message"], (name, e["message"])
+        if sent_reason is not None:
+            assert conn.received[-1] == (0xE0, bytes([sent_reason])), (name, conn.received[-1:])
+
+
+def test_broker_limits_from_connack_are_honoured(tmp_path):
+    def limits(c: Conn):
+        c.expect(1)
+        c.send(packet(0x20, b"\x00\x00" + props(b"\x27\x00\x00\x00\x82", b"\x21\x00\x01", b"\x22\x00\x03",
+                                                b"\x13\x00\x01", string(0x12, "auto-42"))))
+        first = pid_of(c.expect(3))  # the small batch; the large one was refused by the client
+        # Receive Maximum 1: nothing more comes until this is acknowledged; meanwhile the
+        # client idles past Server Keep Alive (1 s, overriding its own 30 s) and pings
+        assert c.read() == (0xC0, b""), c.received[-1]
+        c.send(b"\xd0\x00")
+        c.send(packet(0x40, first))
+        c.send(packet(0x40, pid_of(c.expect(3))))
+
+    def assigned(c: Conn):
+        body = c.expect(1)
+        assert body.endswith(b"\x00\x07auto-42"), body  # the reconnect uses the assigned identifier
+        c.send(CONNACK_OK)
+
+    server = FakeServer([limits, assigned])
+    steps = [["connect", {}], ["publish", {"topic": TOPIC, "qos": 1, "records": 100, **C}],
+             ["publish", {"topic": TOPIC, "qos": 1, "records": 2, "service": False}],
+             ["publish", {"topic": TOPIC, "qos": 1, "records": 2, "service": False}],
+             ["flush", {"timeout_ms": 3000}], ["drop", {}], ["connect", {}]]
+    ev = drive(server, steps, tmp_path, client={"client_id": "", "session_expiry": 0})
+    ca = of(ev, "connack")[0]
+    assert (ca["max_packet_size"], ca["receive_max"], ca["topic_alias_max"], ca["server_keep_alive"],
+            ca["assigned_client_id"], ca["limit"]) == (130, 1, 3, 1, "auto-42", 1)
+    (err,) = of(ev, "error")
+    assert err["code"] == 0x95 and "Maximum Packet Size 130" in err["message"]
+    assert [(p["result"], p["inflight"]) for p in of(ev, "published")] == [(1, 1), (2, 1)]
+    assert all(p["size"] <= 130 for p in of(ev, "published"))
+    assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
+    assert of(ev, "connack")[1]["client_id"] == "auto-42"
+    assert server.conns[0].types() == [1, 3, 12, 3]
