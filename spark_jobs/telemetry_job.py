@@ -185,7 +185,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], opts: JobOptions) -> Itera
 # -- pipeline steps ---------------------------------------------------------------
 
 def read_landing(spark: SparkSession, path: str, stream: bool = False) -> DataFrame:
-    if not stream and not pathlib.Path(path).is_dir() and "://" not in path:
+    if "://" not in path and not pathlib.Path(path).is_dir():
         raise SystemExit(f"telemetry_job: landing zone {path!r} is not a directory")
     reader = spark.readStream if stream else spark.read
     return reader.schema(LANDING_SCHEMA).parquet(path)

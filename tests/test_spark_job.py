@@ -18,7 +18,7 @@ import pytest
 
 from mqbatch import codec, records
 from mqbatch_testing import VENV_BIN, load_vectors
-from mqbatch_testing.spark import T0_MS, health, landed, sample, spark_env, write_landing
+from mqbatch_testing.spark import T0_MS, health, landed, sample, write_landing
 
 pytestmark = pytest.mark.spark
 
@@ -276,11 +276,13 @@ def test_bad_landing_path_is_a_clear_error(job, spark, tmp_path):
 
 def test_mqbatch_spark_runs_the_job_with_spark_submit(scenario, tmp_path, job, spark):
     """The CLI path: zip of mqbatch shipped with --py-files, spark-submit from the venv (own JVM)."""
+    # no help from the test process: the command sets up the workers' Python and --py-files itself
+    clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     started = time.monotonic()
     proc = subprocess.run([str(VENV_BIN / "mqbatch"), "spark", "--landing", str(scenario), "--out", str(tmp_path),
                            "--reorder-window", "3", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
                            "--conf", "spark.sql.shuffle.partitions=2"],
-                          capture_output=True, text=True, timeout=300, env=spark_env())
+                          capture_output=True, text=True, timeout=300, env=clean_env)
     print(f"mqbatch spark (spark-submit, new JVM): {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout
