@@ -97,6 +97,8 @@ class Recorder:
         self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds)
         for path in self.writer.recovered:
             self._say(f"recovered the previous run's open segment into {path.name}")
+        for name, n in self.writer.torn:
+            self._say(f"{name}: dropped a torn last frame of {n} bytes (never acknowledged; the broker redelivers it)")
 
     @property
     def files_rolled(self) -> int:

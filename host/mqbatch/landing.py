@@ -113,7 +113,10 @@ def _fsync_dir(path: pathlib.Path) -> None:
 def read_wal(path: pathlib.Path) -> tuple[list[Landed], int]:
     """The complete frames of a WAL file and the byte offset where they end
     (a torn or corrupt tail after it was never acknowledged)."""
-    data = path.read_bytes()
+    return read_wal_bytes(path.read_bytes())
+
+
+def read_wal_bytes(data: bytes) -> tuple[list[Landed], int]:
     out, pos = [], 0
     while pos + FRAME.size <= len(data):
         n, crc = FRAME.unpack_from(data, pos)
@@ -175,6 +178,7 @@ class LandingWriter:
             raise RuntimeError(f"another recorder with id {recorder!r} is writing to {self.dir}") from None
         self.files_rolled = 0
         self.rows_landed = 0          # rows in the segments rolled by this writer
+        self.torn: list[tuple[str, int]] = []   # (WAL name, bytes dropped) found at recovery
         self.recovered: list[pathlib.Path] = self._recover()
         self.segment = self._next_segment()
         self._wal = None
@@ -198,7 +202,10 @@ class LandingWriter:
     def _convert(self, segment: int) -> pathlib.Path | None:
         """WAL segment -> Parquet (atomic), then delete the WAL. None if it held no complete frame."""
         wal = self.wal_dir / wal_name(self.recorder, segment)
-        rows, _ = read_wal(wal)
+        rows, end = read_wal(wal)
+        size = wal.stat().st_size
+        if end < size:      # a torn last frame: written, never fsync'd, never acknowledged
+            self.torn.append((wal.name, size - end))
         out = None
         if rows:
             out = write_parquet_atomic(to_table(rows, self.recorder, segment), self.dir,

@@ -1,0 +1,120 @@
+"""Landing-zone writer (mqbatch.landing): WAL frames, rolling by size and age, atomic
+Parquet files, recovery of a torn WAL after a crash, one writer per recorder id."""
+from __future__ import annotations
+
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from mqbatch import landing as L
+
+
+def msg(i: int, size: int = 10) -> L.Landed:
+    return L.Landed(f"mqbatch/d{i % 3}/telemetry", bytes([i % 256]) * size,
+                    [("batch-format", "v1"), ("k", "a"), ("k", "a"), ("batch-size", "1")],
+                    content_type="application/x" if i % 2 else None, payload_format_indicator=i % 2,
+                    message_expiry_interval=None if i % 2 else 3600, qos=1, retain=bool(i % 5 == 0),
+                    received_at_us=1_795_000_000_000_000 + i, dup=i % 7 == 0)
+
+
+def rows_of(directory):
+    return L.read_landing(directory).to_pylist()
+
+
+def test_rolls_by_size_into_complete_parquet_files(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1", roll_bytes=300, roll_seconds=3600)
+    rolled = []
+    for i in range(10):
+        w.append(msg(i, 100))
+        w.commit()
+        if w.due():
+            rolled.append(w.roll())
+    w.close()
+    names = sorted(p.name for p in tmp_path.glob("landing-*.parquet"))
+    assert len(rolled) >= 3 and names[0] == "landing-r1-00000000.parquet"
+    rows = rows_of(tmp_path)
+    assert [r["payload"] for r in rows] == [msg(i, 100).payload for i in range(10)]
+    assert [(r["segment"], r["offset"]) for r in rows] == sorted((r["segment"], r["offset"]) for r in rows)
+    first = rows[0]
+    assert [(p["key"], p["value"]) for p in first["user_properties"]] == msg(0).user_properties
+    assert (first["message_expiry_interval"], first["retain"], first["dup"], first["recorder"]) == (3600, True, True, "r1")
+    assert str(first["received_at"].tzinfo) == "UTC"
+    assert not list(tmp_path.glob(".*")) and not list((tmp_path / "_wal").glob("*.wal"))
+    assert pq.read_schema(tmp_path / names[0]) == L.SCHEMA
+
+
+def test_rolls_by_age(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1", roll_bytes=1 << 30, roll_seconds=0.2)
+    w.append(msg(1))
+    w.commit()
+    assert not w.due()
+    time.sleep(0.25)
+    assert w.due()
+    assert w.roll().name == "landing-r1-00000000.parquet"
+    assert not w.due() and w.roll() is None       # nothing open: nothing to roll
+    w.close()
+
+
+def test_crash_recovery_keeps_committed_frames_and_drops_a_torn_tail(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1")
+    for i in range(5):
+        w.append(msg(i))
+    w.commit()
+    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    with open(wal, "ab") as f:                    # a frame cut short by the crash
+        f.write(L.FRAME.pack(1000, 0) + b"partial")
+    w._lock.close()                               # the process died: its flock is gone
+    w2 = L.LandingWriter(tmp_path, "r1")
+    assert [p.name for p in w2.recovered] == ["landing-r1-00000000.parquet"]
+    assert w2.torn == [("r1-00000000.wal", L.FRAME.size + len(b"partial"))]
+    assert [r["payload"] for r in rows_of(tmp_path)] == [msg(i).payload for i in range(5)]
+    w2.append(msg(9))
+    w2.close()
+    assert [r["segment"] for r in rows_of(tmp_path)] == [0] * 5 + [1]   # a new segment, never reusing 0
+
+
+def test_repeated_conversion_after_a_crash_rewrites_the_same_file(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1")
+    for i in range(3):
+        w.append(msg(i))
+    w.commit()
+    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    saved = wal.read_bytes()
+    w.close()
+    first = (tmp_path / "landing-r1-00000000.parquet").read_bytes()
+    wal.write_bytes(saved)                        # crash between rename and WAL deletion
+    w2 = L.LandingWriter(tmp_path, "r1")
+    w2.close()
+    assert len(rows_of(tmp_path)) == 3
+    assert L.read_landing(tmp_path).equals(L.to_table([msg(i) for i in range(3)], "r1", 0))
+    assert (tmp_path / "landing-r1-00000000.parquet").read_bytes() == first
+
+
+def test_corrupt_frame_ends_the_readable_wal(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1")
+    for i in range(3):
+        w.append(msg(i))
+    w.commit()
+    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    data = bytearray(wal.read_bytes())
+    data[-1] ^= 0xFF                              # flip a byte of the last frame: CRC mismatch
+    rows, end = L.read_wal_bytes(bytes(data))
+    assert [r.payload for r in rows] == [msg(0).payload, msg(1).payload]
+    assert end < len(data)
+    w.close()
+
+
+def test_one_writer_per_recorder_id(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1")
+    with pytest.raises(RuntimeError, match="another recorder with id 'r1'"):
+        L.LandingWriter(tmp_path, "r1")
+    other = L.LandingWriter(tmp_path, "r2")       # a second recorder of the group: fine
+    other.close()
+    w.close()
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "x" * 65, "rec 1", "../up"])
+def test_recorder_ids_must_be_file_name_safe(tmp_path, bad):
+    with pytest.raises(ValueError, match="recorder id"):
+        L.LandingWriter(tmp_path, bad)
