@@ -19,6 +19,7 @@ import json
 import os
 import time
 from array import array
+from micropython import const
 
 import mqb_board as board
 import mqb_packet as P
@@ -43,6 +44,10 @@ DEFAULTS = {
     "backoff": {"initial_ms": 500, "max_ms": 30000},
     "run_for_s": None,          # None: run forever
     "drain_timeout_s": 60,      # after run_for_s: how long to keep sending the outbox
+    # PUBACK 0x10 "No matching subscribers" is a success code in MQTT, but it means the
+    # broker delivered the batch to nobody (e.g. the recorder's shared subscription is
+    # not back yet after a broker restart): keep the batch and send it again later.
+    "require_subscribers": True,
 }
 BROKER_DEFAULTS = {"port": None, "tls": True, "ca": None, "server_hostname": None, "client_cert": None,
                    "client_key": None, "username": None, "password": None, "keepalive_s": 30,
@@ -51,7 +56,10 @@ BROKER_DEFAULTS = {"port": None, "tls": True, "ca": None, "server_hostname": Non
 # Broker refusals worth retrying later (the batch stays in the outbox); any other
 # code >= 0x80 on a PUBACK is final: the batch is discarded and its records counted
 # as dropped on the device (health record dropped_total), never silently.
-TRANSIENT = (P.UNSPECIFIED_ERROR, P.SERVER_BUSY, P.QUOTA_EXCEEDED, P.IMPLEMENTATION_SPECIFIC_ERROR)
+TRANSIENT = (0x80, 0x83, 0x89, 0x97)   # Unspecified, Implementation specific, Server busy, Quota exceeded
+_NO_MATCHING_SUBSCRIBERS = const(0x10)
+_USE_ANOTHER_SERVER = const(0x9C)
+_SERVER_MOVED = const(0x9D)
 
 HEALTH_CHANNELS = bytes((CH_FREE_HEAP, CH_OUTBOX_DEPTH, CH_DROPPED_TOTAL, CH_RECONNECTS, CH_LAST_ERROR,
                          CH_SAMPLED_TOTAL, CH_OUTBOX_BYTES))
@@ -161,6 +169,7 @@ class App:
         self.acked_batches = 0
         self.acked_records = 0
         self.refused_batches = 0
+        self.unheard = 0           # PUBACK 0x10: nobody subscribed; kept and resent
         self.reconnects = 0
         self.connects = 0
         self.last_error = 0
@@ -307,7 +316,7 @@ class App:
         if isinstance(e, MQTTError):
             self.last_error = e.code
             ref = getattr(e, "server_reference", None)
-            if e.code in (P.USE_ANOTHER_SERVER, P.SERVER_MOVED) and ref:
+            if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
         else:
             code = e.errno
@@ -421,6 +430,13 @@ class App:
         if code == SESSION_LOST:
             self.cursor = -1        # the broker forgot it: send it again
             return
+        if code == _NO_MATCHING_SUBSCRIBERS and self.cfg["require_subscribers"]:
+            self.unheard += 1
+            self._retry_later()
+            if self.unheard == 1 or self.unheard % 100 == 0:
+                log("PUBACK 0x10 No matching subscribers for batch %d: kept, sent again later (%d so far)"
+                    % (eid, self.unheard))
+            return
         if code < 0x80:
             n = self.outbox.records(eid)
             if self.outbox.ack(eid) == 0:
@@ -430,8 +446,7 @@ class App:
         self.last_error = code
         self.refused_batches += 1
         if code in TRANSIENT:
-            self.cursor = -1
-            self.hold_until = time.ticks_add(time.ticks_ms(), self.cfg["backoff"]["initial_ms"] << 2)
+            self._retry_later()
             log("broker refused batch %d with 0x%02x %s (%s): kept, retried later"
                 % (eid, code, P.reason_name(code), reason))
         else:
@@ -439,6 +454,11 @@ class App:
             self.outbox.discard(eid)
             log("broker refused batch %d with 0x%02x %s (%s): discarded, %d records counted dropped"
                 % (eid, code, P.reason_name(code), reason, n))
+
+    def _retry_later(self):
+        """Send every pending batch again, from the oldest, after a pause."""
+        self.cursor = -1
+        self.hold_until = time.ticks_add(time.ticks_ms(), self.cfg["backoff"]["initial_ms"] << 2)
 
     def _network(self, now):
         c = self.client
@@ -521,7 +541,7 @@ class App:
         return {"device": self.cfg["device_id"], "boot": self.boot, "sampled": self.sampled,
                 "stored_records": self.stored_records, "stored_batches": self.stored_batches,
                 "acked_records": self.acked_records, "acked_batches": self.acked_batches,
-                "refused_batches": self.refused_batches, "publishes": self.publishes,
+                "refused_batches": self.refused_batches, "no_subscribers": self.unheard, "publishes": self.publishes,
                 "wire_bytes": self.wire_bytes, "reconnects": self.reconnects, "last_error": self.last_error,
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": self.missed_samples,

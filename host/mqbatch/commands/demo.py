@@ -1,46 +1,36 @@
-"""`mqbatch demo`: the README's main command.
-
-First stage: the device encoder (real MicroPython Unix port) packs sample
-telemetry records into a batch and the host reference decoder checks it.
-"""
+"""`mqbatch demo`: the README's main command (see mqbatch.demo)."""
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import subprocess
 import sys
 
-from mqbatch import codec
-from mqbatch.paths import ROOT, micropython_env, micropython_exe
-
-_DEVICE_SCRIPT = r"""
-import struct, json
-from mqb_codec import BatchEncoder
-enc = BatchEncoder(bytearray(1024), headroom=64, max_count=%(n)d)
-for i in range(%(n)d):
-    pos = enc.reserve(12)
-    struct.pack_into("<IIhH", enc.buf, pos, 1, i, 2150 + i, 3300)
-print(json.dumps({"count": enc.count, "payload_hex": bytes(enc.payload()).hex()}))
-"""
+from mqbatch.demo import Demo, DemoError, DemoOptions
 
 
 def run(args: argparse.Namespace) -> int:
-    script = _DEVICE_SCRIPT % {"n": args.records}
-    proc = subprocess.run([str(micropython_exe()), "-c", script], env=micropython_env(), capture_output=True,
-                          text=True, timeout=60)
-    if proc.returncode != 0:
-        print(f"demo: MicroPython encoder failed:\n{proc.stderr}", file=sys.stderr)
+    opts = DemoOptions(devices=args.devices, duration=args.duration, sample_hz=args.sample_hz,
+                       outage_s=args.outage_s, cut_s=args.cut_s, run_dir=pathlib.Path(args.run_dir),
+                       heapsize=args.heapsize, baseline=not args.no_baseline)
+    try:
+        return Demo(opts).run()
+    except DemoError as e:
+        print(f"demo: {e}", file=sys.stderr)
         return 1
-    dev = json.loads(proc.stdout)
-    payload = bytes.fromhex(dev["payload_hex"])
-    res = codec.decode([("batch-format", "v1"), ("batch-size", str(dev["count"]))], payload, topic="demo/device-1")
-    print(f"device (MicroPython {args.records} records) -> batch payload {len(payload)} bytes")
-    print(f"host decoder: status={res.status} reason={res.reason} sub-messages={res.count}")
-    return 0 if res.status == codec.OK and res.count == args.records else 1
+    except KeyboardInterrupt:
+        print("demo: interrupted; every process it started has been stopped", file=sys.stderr)
+        return 130
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run the end-to-end demo")
-    p.add_argument("--records", type=int, default=20)
+    d = DemoOptions()
+    p = sub.add_parser("demo", help="end-to-end demo: broker, virtual devices, recorder, Spark, report")
+    p.add_argument("--devices", type=int, default=d.devices)
+    p.add_argument("--duration", type=float, default=d.duration, help="seconds of sampling")
+    p.add_argument("--sample-hz", type=float, default=d.sample_hz)
+    p.add_argument("--outage-s", type=float, default=d.outage_s, help="length of the injected broker outage")
+    p.add_argument("--cut-s", type=float, default=d.cut_s, help="length of the injected network cut")
+    p.add_argument("--run-dir", default=str(d.run_dir), help="working directory (wiped at start)")
+    p.add_argument("--heapsize", default=d.heapsize, help="MicroPython heap per device (default: unlimited)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the per-record PUBLISH baseline")
     p.set_defaults(func=run)

@@ -1,0 +1,322 @@
+"""The end-to-end demo: secured broker, virtual devices running the real
+firmware, the recorder, the Spark job, a summary and an HTML report.
+
+Steps (each prints progress):
+  1. certificates, passwords, ACLs; Mosquitto with TLS on a free loopback port;
+     a relay in front of it, through which the devices connect (network cuts,
+     bytes on the wire)
+  2. the recorder (`mqbatch ingest`) with a persistent shared subscription
+  3. N virtual devices sample for `duration` s; one broker outage and one
+     network cut are injected on the way
+  4. devices stop sampling and drain their outboxes, then exit
+  5. the recorder is stopped (SIGTERM closes its landing file)
+  6. the Spark job (`mqbatch spark`) decodes, validates, de-duplicates, reports
+  7. summary + HTML report; exit status 1 if any record a device stored was lost
+
+Everything lives under the run directory (default run/demo/ in the repo),
+which is wiped at the start, so running twice in a row works.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from mqbatch import htmlreport
+from mqbatch.devices import Fleet, device_ids
+from mqbatch.netcut import Relay
+from mqbatch.paths import ROOT, venv_tool
+from mqbatch.stack import LocalStack
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class DemoOptions:
+    devices: int = 5
+    duration: float = 60.0
+    sample_hz: float = 10.0
+    outage_at: float | None = None      # default: 25 % into the run
+    outage_s: float = 8.0
+    cut_at: float | None = None         # default: 60 % into the run
+    cut_s: float = 6.0
+    drain_timeout: float = 120.0
+    run_dir: pathlib.Path = ROOT / "run" / "demo"
+    heapsize: str | None = None
+    baseline: bool = True
+
+
+class Demo:
+    def __init__(self, opts: DemoOptions, out=sys.stdout):
+        self.o = opts
+        self.out = out
+        self.t0 = time.monotonic()
+        self.procs: list[subprocess.Popen] = []
+        self.stack: LocalStack | None = None
+        self.relay: Relay | None = None
+        self.fleet: Fleet | None = None
+        self.events: list[tuple[float, str]] = []
+
+    # -- output -------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.out, flush=True)
+
+    def event(self, text: str) -> None:
+        self.events.append((time.monotonic() - self.run_start, text))
+        self.say(text)
+
+    # -- steps --------------------------------------------------------------------
+
+    def run(self) -> int:
+        o = self.o
+        if o.run_dir.exists():
+            shutil.rmtree(o.run_dir)
+        o.run_dir.mkdir(parents=True)
+        ids = device_ids(o.devices)
+        try:
+            self.say(f"1/7 broker: CA, passwords and ACLs for {len(ids)} devices; Mosquitto with TLS")
+            self.stack = LocalStack(o.run_dir / "stack", ids)
+            broker = self.stack.broker.start()
+            self.relay = Relay(broker.host, broker.port).start()
+            self.say(f"    broker {broker.url}, devices connect through relay port {self.relay.port}")
+
+            self.say("2/7 recorder: mqbatch ingest (TLS, QoS 1, $share subscription, persistent session)")
+            landing = o.run_dir / "landing"
+            recorder = self.start_recorder(landing)
+
+            self.say(f"3/7 devices: {len(ids)} virtual devices (firmware in the MicroPython Unix port), "
+                     f"{o.duration:.0f} s at {o.sample_hz:g} Hz")
+            cfg = {"sample_hz": o.sample_hz, "run_for_s": o.duration, "drain_timeout_s": o.drain_timeout,
+                   "health_every_s": 5, "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000},
+                   "backoff": {"initial_ms": 500, "max_ms": 4000}}
+            self.fleet = Fleet(o.run_dir / "devices", self.relay.host, self.relay.port,
+                               credentials=self.stack.credentials, ca=self.stack.ca_cert, heapsize=o.heapsize,
+                               config=cfg)
+            self.run_start = time.monotonic()
+            self.fleet.start()
+            faults = threading.Thread(target=self.inject_faults, daemon=True)
+            faults.start()
+            self.fleet.wait(o.duration + o.drain_timeout + 60, self.progress)
+            faults.join()
+            self.say("4/7 devices finished sampling and drained their outboxes")
+            sums = self.fleet.summaries()
+            for dev in ids:
+                if dev not in sums:
+                    raise DemoError(f"{dev} ended without a summary; its console:\n{self.fleet.console(dev)[-1500:]}")
+
+            self.say("5/7 stopping the recorder (SIGTERM: closes the landing file)")
+            self.stop_recorder(recorder)
+
+            self.say("6/7 Spark job: decode, validate, de-duplicate, report")
+            out = o.run_dir / "spark-out"
+            self.run_spark(landing, out)
+
+            self.say("7/7 summary and HTML report")
+            baseline = self.measure_baseline() if o.baseline else None
+            return self.report(out, sums, baseline)
+        finally:
+            self.cleanup()
+
+    def start_recorder(self, landing: pathlib.Path) -> subprocess.Popen:
+        pw = self.o.run_dir / "recorder.pw"
+        pw.write_text(self.stack.recorder_login[1])
+        os.chmod(pw, 0o600)
+        b = self.stack.broker
+        log = open(self.o.run_dir / "recorder.log", "w")
+        proc = subprocess.Popen([str(venv_tool("mqbatch")), "ingest", "--host", b.host, "--port", str(b.port),
+                                 "--landing", str(landing), "--cafile", str(self.stack.ca_cert),
+                                 "--username", self.stack.recorder_login[0], "--password-file", str(pw),
+                                 "--roll-seconds", "15", "--progress-seconds", "10"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        deadline = time.monotonic() + 30
+        while "subscribed" not in (self.o.run_dir / "recorder.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise DemoError("recorder did not subscribe:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+            time.sleep(0.2)
+        return proc
+
+    def stop_recorder(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise DemoError("recorder did not stop within 60 s of SIGTERM") from None
+        if code != 0:
+            raise DemoError(f"recorder exited with {code}:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+
+    def inject_faults(self) -> None:
+        o = self.o
+        outage_at = o.duration * 0.25 if o.outage_at is None else o.outage_at
+        cut_at = o.duration * 0.6 if o.cut_at is None else o.cut_at
+        plan = sorted([(outage_at, "outage"), (cut_at, "cut")])
+        for at, kind in plan:
+            while time.monotonic() - self.run_start < at:
+                time.sleep(0.1)
+            if kind == "outage":
+                self.event(f"    fault: broker outage for {o.outage_s:g} s (Mosquitto stopped)")
+                self.stack.broker.stop()
+                time.sleep(o.outage_s)
+                self.stack.broker.start()
+                self.event("    fault over: broker restarted on the same port (sessions persisted)")
+            else:
+                self.event(f"    fault: network cut for {o.cut_s:g} s (every device link dropped, connects refused)")
+                self.relay.cut()
+                time.sleep(o.cut_s)
+                self.relay.restore()
+                self.event("    fault over: network restored")
+
+    def progress(self, fleet: Fleet) -> None:
+        now = time.monotonic()
+        if now - getattr(self, "_last_progress", 0) < 5:
+            return
+        self._last_progress = now
+        self.say(f"    {now - self.run_start:5.0f} s: {len(fleet.running())} devices running, "
+                 f"{len(fleet.stored())} records stored on flash, {self.relay.bytes_up} bytes sent on the wire")
+
+    def run_spark(self, landing: pathlib.Path, out: pathlib.Path) -> None:
+        local = self.o.run_dir / "spark-local"
+        local.mkdir()
+        java_opts = f"-Djava.io.tmpdir={local} -XX:-UsePerfData"
+        cmd = [str(venv_tool("mqbatch")), "spark", "--landing", str(landing), "--out", str(out),
+               "--pyfiles-zip", str(self.o.run_dir / "mqbatch.zip"),
+               "--conf", f"spark.local.dir={local}", "--conf", f"spark.driver.extraJavaOptions={java_opts}",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"]
+        env = dict(os.environ, SPARK_LOCAL_DIRS=str(local), TMPDIR=str(local))
+        log_path = self.o.run_dir / "spark.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.procs.append(proc)
+            started = time.monotonic()
+            while proc.poll() is None:
+                time.sleep(5)
+                if proc.poll() is None:
+                    self.say(f"    Spark job running ({time.monotonic() - started:.0f} s; log {log_path})")
+        if proc.returncode != 0 or not (out / "report.json").exists():
+            raise DemoError(f"Spark job failed ({proc.returncode}); see {log_path}:\n" + log_path.read_text()[-2000:])
+
+    def measure_baseline(self) -> dict | None:
+        """Wire bytes per record of umqtt.simple (one record per PUBLISH), measured here."""
+        from mqbatch import baseline
+        try:
+            return baseline.measure(self.o.run_dir / "baseline", self.stack, count=200)
+        except baseline.BaselineUnavailable as e:
+            self.say(f"    umqtt.simple baseline not measured: {e}")
+            return None
+
+    # -- report -------------------------------------------------------------------
+
+    def report(self, out: pathlib.Path, sums: dict, baseline: dict | None) -> int:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        rep = json.loads((out / "report.json").read_text())
+        recs = pq.read_table(out / "records", columns=["device", "boot", "seq", "received_at", "latency_ms"])
+        curated = set(zip(recs["device"].to_pylist(), recs["boot"].to_pylist(), recs["seq"].to_pylist()))
+        stored = self.fleet.stored()
+        lost = sorted(stored - curated)
+        devs = rep.get("devices", {})
+        total_published = sum(s["acked_records"] for s in sums.values())
+        total_stored = sum(s["stored_records"] for s in sums.values())
+        wire_per_record = self.relay.bytes_up / total_published if total_published else 0.0
+        mqtt_per_record = sum(s["wire_bytes"] for s in sums.values()) / total_published if total_published else 0.0
+        rows = []
+        for dev, s in sorted(sums.items()):
+            d = devs.get(dev, {})
+            lat = d.get("latency_ms", {})
+            rows.append([dev, s["stored_records"], s["acked_records"], d.get("received", 0), d.get("unique", 0),
+                         d.get("duplicates", 0), d.get("missing", 0), d.get("quarantined", 0),
+                         d.get("dropped_on_device", 0), s["reconnects"], _ms(lat.get("p50")), _ms(lat.get("p99"))])
+        headers = ["device", "stored", "published (acked)", "landed", "curated", "duplicates removed", "missing",
+                   "quarantined", "dropped on device", "reconnects", "latency p50", "latency p99"]
+        self.print_table(headers, rows)
+        q = rep.get("quarantine", {}).get("by_reason", {})
+        self.say(f"    quarantined by reason: {q or 'none'}")
+        self.say(f"    bytes on the wire (TLS, device->broker, incl. handshakes and reconnects): "
+                 f"{wire_per_record:.1f} per record; MQTT packets alone: {mqtt_per_record:.1f} per record")
+        if baseline:
+            self.say(f"    baseline, one record per PUBLISH as umqtt.simple sends them (MQTT 3.1.1, QoS 1, TLS; "
+                     f"sent by paho-mqtt): {baseline['wire_bytes_per_record']:.1f} bytes per record on the wire")
+        html_path = self.o.run_dir / "report.html"
+        html_path.write_text(self.html(rep, recs, rows, headers, wire_per_record, mqtt_per_record, baseline, lost))
+        self.say(f"    HTML report: {html_path}")
+        if lost:
+            self.say(f"LOST {len(lost)} records that devices had stored, e.g. {lost[:5]}")
+            return 1
+        self.say(f"OK: all {total_stored} records the devices stored reached the curated table; none lost")
+        return 0
+
+    def print_table(self, headers: list[str], rows: list[list]) -> None:
+        widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+        line = "  ".join(str(h).rjust(w) for h, w in zip(headers, widths))
+        print(line, file=self.out)
+        for r in rows:
+            print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)), file=self.out)
+        self.out.flush()
+
+    def html(self, rep, recs, rows, headers, wire, mqtt_bytes, baseline, lost) -> str:
+        import pyarrow.compute as pc
+        t = recs["received_at"].cast("int64").to_pylist()        # microseconds
+        devs = recs["device"].to_pylist()
+        t0 = min(t) if t else 0
+        per_sec: dict[str, dict[int, int]] = {}
+        for dev, ts in zip(devs, t):
+            sec = (ts - t0) // 1_000_000
+            per_sec.setdefault(dev, {}).setdefault(sec, 0)
+            per_sec[dev][sec] += 1
+        series = {}
+        for dev, counts in per_sec.items():
+            last = max(counts)
+            series[dev] = [(s, counts.get(s, 0)) for s in range(0, last + 1)]
+        lat = [v for v in recs["latency_ms"].to_pylist() if v is not None]
+        bars = [("mqbatch (batched, TLS)", round(wire, 1))]
+        if baseline:
+            bars.append(("1 record per PUBLISH (umqtt.simple pattern)", round(baseline["wire_bytes_per_record"], 1)))
+        q = sorted(rep.get("quarantine", {}).get("by_reason", {}).items())
+        status = (f'<p class="bad">{len(lost)} records lost</p>' if lost else
+                  '<p class="ok">No record lost: every record a device stored reached the curated table.</p>')
+        events = htmlreport.table(["t (s)", "event"], [[f"{a:.1f}", e.strip()] for a, e in self.events])
+        sections = [
+            ("Outcome", status + htmlreport.table(headers, rows) + events),
+            ("Records per second, by arrival", htmlreport.line_chart(
+                "records landed per second per device", series, "seconds since first arrival", "records/s")),
+            ("Latency", htmlreport.histogram("received_at - device time", lat, 30, "latency (ms)")),
+            ("Bytes on the wire per record", htmlreport.bar_chart("bytes sent device -> broker per record", bars,
+                                                                  "bytes/record", "{:.1f}")),
+            ("Quarantine", htmlreport.bar_chart("quarantined rows by reason", q, "rows")),
+            ("Spark report.json", f"<pre>{json.dumps(rep, indent=1, sort_keys=True)[:20000]}</pre>"),
+        ]
+        return htmlreport.page("mqbatch demo report", sections)
+
+    # -- cleanup ------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        if self.fleet:
+            self.fleet.stop()
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if self.relay:
+            self.relay.stop()
+        if self.stack:
+            self.stack.broker.stop()
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.0f} ms"
