@@ -253,8 +253,22 @@ def device_quality(arrivals: DataFrame, unique: DataFrame, quarantine: DataFrame
             .join(quarantined, "device", "left").orderBy("device"))
 
 
-def _counts(df: DataFrame, column: str) -> dict:
-    return {r[0]: r[1] for r in df.groupBy(column).count().orderBy(column).collect()}
+def outcome_counts(decoded: DataFrame) -> list:
+    """One small aggregate for the report's totals: rows per (landed_first,
+    batch_status, stage, reason) with the received_at span of the landed rows."""
+    iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+    return (decoded.groupBy("landed_first", "batch_status", "stage", "reason")
+            .agg(F.count("*").alias("n"), F.date_format(F.min("received_at"), iso).alias("first"),
+                 F.date_format(F.max("received_at"), iso).alias("last"))
+            .collect())
+
+
+def _tally(rows, key, where) -> dict:
+    out: dict = {}
+    for r in rows:
+        if where(r):
+            out[r[key]] = out.get(r[key], 0) + r["n"]
+    return dict(sorted(out.items()))
 
 
 def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None) -> dict:
@@ -263,9 +277,6 @@ def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None 
     quarantine = quarantine_rows(decoded)
     arrivals = record_rows(decoded)
     unique = unique if unique is not None else deduplicate(arrivals)
-    landed = decoded.where("landed_first")
-    iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-    span = landed.agg(F.date_format(F.min("received_at"), iso), F.date_format(F.max("received_at"), iso)).first()
     devices = {}
     for r in device_quality(arrivals, unique, quarantine, opts).collect():
         received, n_unique = r["received"] or 0, r["unique"] or 0
@@ -277,18 +288,21 @@ def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None 
                 "n": r["latency_n"], "p50": round(r["lat"][0], 3), "p95": round(r["lat"][1], 3),
                 "p99": round(r["lat"][2], 3)},
         }
-    batches = _counts(landed, "batch_status")
-    by_reason = _counts(quarantine, "reason")
+    outcomes = outcome_counts(decoded)
+    landed = [r for r in outcomes if r["landed_first"]]
+    batches = _tally(outcomes, "batch_status", lambda r: r["landed_first"])
+    by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
     n_received = sum(d["received"] for d in devices.values())
     n_unique = sum(d["unique"] for d in devices.values())
     return {
         "options": dataclasses.asdict(opts),
         "landed": sum(batches.values()),
-        "received_at": {"min": span[0], "max": span[1]},
+        "received_at": {"min": min((r["first"] for r in landed if r["first"]), default=None),
+                        "max": max((r["last"] for r in landed if r["last"]), default=None)},
         "batches": batches,
         "records": {"received": n_received, "unique": n_unique, "duplicates": n_received - n_unique},
         "quarantine": {"rows": sum(by_reason.values()), "by_reason": by_reason,
-                       "by_stage": _counts(quarantine, "stage")},
+                       "by_stage": _tally(outcomes, "stage", lambda r: r["reason"] is not None)},
         "devices": devices,
     }
 

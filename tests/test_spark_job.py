@@ -171,16 +171,26 @@ def scenario(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def batch_default(job, spark, scenario, tmp_path_factory):
+    """The batch job over the scenario with default options, run once for several tests."""
+    out = tmp_path_factory.mktemp("batch-default")
+    started = time.monotonic()
+    report = job.run_batch(spark, str(scenario), str(out), job.JobOptions(reorder_window=3))
+    print(f"batch job on the scenario landing zone: {time.monotonic() - started:.1f} s")
+    return out, report
+
+
 def _read(spark, path, *order):
     return [r.asDict(recursive=True) for r in spark.read.parquet(str(path)).orderBy(*order).collect()]
 
 
 @pytest.mark.parametrize("partial", [False, True], ids=["default", "partial"])
-def test_scenario_records_quarantine_and_report_are_exact(job, spark, scenario, tmp_path, partial):
-    opts = job.JobOptions(partial=partial, reorder_window=3)
-    started = time.monotonic()
-    report = job.run_batch(spark, str(scenario), str(tmp_path), opts)
-    print(f"batch job on the scenario landing zone: {time.monotonic() - started:.1f} s")
+def test_scenario_records_quarantine_and_report_are_exact(job, spark, scenario, tmp_path, partial, request):
+    if partial:
+        report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(partial=True, reorder_window=3))
+    else:
+        tmp_path, report = request.getfixturevalue("batch_default")
     assert report == expected_report(partial)
     assert json.loads((tmp_path / "report.json").read_text()) == report
 
@@ -226,9 +236,9 @@ def test_scenario_records_quarantine_and_report_are_exact(job, spark, scenario, 
     assert "temperature = 20000 is outside -5000..15000" in quarantine[1]["detail"]
 
 
-def test_batch_rerun_is_idempotent(job, spark, scenario, tmp_path):
+def test_batch_rerun_is_idempotent(job, spark, scenario, batch_default):
+    tmp_path, _ = batch_default
     opts = job.JobOptions(reorder_window=3)
-    job.run_batch(spark, str(scenario), str(tmp_path), opts)
     first = ((tmp_path / "report.json").read_bytes(), _read(spark, tmp_path / "records", "device", "boot", "seq"),
              _read(spark, tmp_path / "quarantine", "segment", "offset", "sub_index"))
     job.run_batch(spark, str(scenario), str(tmp_path), opts)
@@ -239,7 +249,7 @@ def test_batch_rerun_is_idempotent(job, spark, scenario, tmp_path):
     assert first[2] == second[2] and len(second[2]) == 6
 
 
-def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path):
+def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
     landing_dir, out = tmp_path / "landing", tmp_path / "out"
     landing_dir.mkdir()
     opts = job.JobOptions(reorder_window=3)
@@ -257,8 +267,7 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path):
     print(f"stream run over one new landing file: {time.monotonic() - started:.1f} s")
     job.run_stream(spark, str(landing_dir), str(out), opts)      # nothing new: nothing written twice
 
-    batch_out = tmp_path / "batch"
-    batch_report = job.run_batch(spark, str(landing_dir), str(batch_out), opts)
+    batch_out, batch_report = batch_default        # the same two files, read by the batch job
     assert report == batch_report == expected_report(False)
     cols = ["device", "boot", "seq", "batch_id", "sub_index", "received_at", "readings"]
     stream_recs = [{k: r[k] for k in cols} for r in _read(spark, out / "records", "device", "boot", "seq")]
