@@ -120,10 +120,10 @@ class Client:
         self._order = array("I", [0] * receive_max)
         self._aliases = [None] * alias_slots
         self._alias_n = 0
-        self._inflight = 0             # slots waiting for a broker acknowledgement
+        self.inflight = 0              # QoS 1/2 PUBLISHes sent, not yet acknowledged
         self._resend = 0               # slots waiting for the application to resend
-        self._limit = receive_max
-        self._mps = VBI_MAX + 5
+        self.limit = receive_max       # most in flight: min(receive_max, broker's Receive Maximum)
+        self.max_send_size = VBI_MAX + 5  # largest packet the broker accepts (its Maximum Packet Size)
         self._seq = 0
         self._next_pid = 1
         self._has_session = False
@@ -140,48 +140,26 @@ class Client:
 
     # -- broker limits ----------------------------------------------------------
 
-    @property
-    def inflight(self):
-        """QoS 1/2 PUBLISHes sent and not yet acknowledged."""
-        return self._inflight
-
-    @property
-    def limit(self):
-        """Most QoS 1/2 PUBLISHes in flight at once: min(receive_max, broker's Receive Maximum)."""
-        return self._limit
-
-    @property
-    def max_send_size(self):
-        """Largest packet the broker accepts (its Maximum Packet Size)."""
-        return self._mps
-
-    def max_payload(self, enc, topic, qos=1, expiry=None, content_type=None, payload_format=None):
-        """Largest batch payload such that the PUBLISH of `enc` on `topic` stays within the
-        broker's Maximum Packet Size (counting fixed header, Remaining Length bytes, topic
-        name, packet id, properties and the batch-size digits for enc.max_count).
-        Raises ValueError if the encoder's headroom cannot hold that header."""
-        alias = 1 if self._alias_n else 0
-        props = P.publish_props_len(len(str(enc.max_count)), alias, expiry, _b(content_type), payload_format)
+    def apply_budget(self, enc, topic, qos=1, expiry=None, content_type=None, payload_format=None):
+        """Cap enc's payload (enc.set_budget) so that its PUBLISH on `topic` stays within
+        the broker's Maximum Packet Size, counting fixed header, Remaining Length bytes,
+        topic name, alias, packet id, properties and batch-size digits for enc.max_count.
+        Call after every connect(). Returns the budget in bytes. Raises ValueError if
+        enc's headroom cannot hold that header, MQTTError 0x95 if nothing fits."""
+        props = P.publish_props_len(len(str(enc.max_count)), 1 if self._alias_n else 0, expiry, content_type,
+                                    payload_format)
         vh = 2 + len(topic) + (2 if qos else 0) + vbi_size(props) + props
         if 5 + vh > enc.headroom:
             raise ValueError("encoder headroom %d < %d bytes needed for the PUBLISH header on %r"
                              % (enc.headroom, 5 + vh, topic))
         best = 0
-        for k in range(4):
-            room = min(self._mps - 1 - (k + 1) - vh, _VBI_CAPS[k] - vh)
-            if room > best:
-                best = room
+        for k in range(4):  # k + 1 Remaining Length bytes
+            best = max(best, min(self.max_send_size - 2 - k - vh, _VBI_CAPS[k] - vh))
+        if best < 1:
+            raise MQTTError(P.PACKET_TOO_LARGE, "PUBLISH", None, "Maximum Packet Size %d leaves no room for a "
+                            "payload on %r" % (self.max_send_size, topic), True)
+        enc.set_budget(best)
         return best
-
-    def apply_budget(self, enc, topic, qos=1, expiry=None, content_type=None, payload_format=None):
-        """enc.set_budget(max_payload(...)); call after every connect(). Returns the budget."""
-        n = self.max_payload(enc, topic, qos, expiry, content_type, payload_format)
-        if n < 1:
-            raise MQTTError(P.PACKET_TOO_LARGE, "PUBLISH", None,
-                            "broker's Maximum Packet Size %d leaves no room for a payload on %r" % (self._mps, topic),
-                            True)
-        enc.set_budget(n)
-        return n
 
     # -- connection -----------------------------------------------------------
 
@@ -220,7 +198,7 @@ class Client:
         r = P.parse_connack(self._rx, 0, self._rx_len, ca)
         if r < 0:
             self.transport.close()
-            raise MQTTError(P.MALFORMED_PACKET, "CONNACK", None, P.ERROR_TEXT[r], True)
+            raise MQTTError(P.MALFORMED_PACKET, "CONNACK", None, P.error_text(r), True)
         if r >= 0x80:
             self.transport.close()
             if r == P.BAD_USERNAME_OR_PASSWORD or r == P.NOT_AUTHORIZED:
@@ -234,8 +212,8 @@ class Client:
                    "[MQTT-3.2.2-4] requires: reconnect with clean_start=True")
             raise MQTTError(P.PROTOCOL_ERROR, "CONNACK", None, why, True)
         # limits of this connection
-        self._limit = min(self.receive_max, ca.receive_max)
-        self._mps = min(ca.max_packet_size, VBI_MAX + 5)
+        self.limit = min(self.receive_max, ca.receive_max)
+        self.max_send_size = min(ca.max_packet_size, VBI_MAX + 5)
         self._alias_n = min(len(self._aliases), ca.topic_alias_max)
         for i in range(len(self._aliases)):
             self._aliases[i] = None
@@ -263,33 +241,30 @@ class Client:
                 self._state[i] = _FREE
                 if self.on_ack:
                     self.on_ack(pid, SESSION_LOST, None)
-        self._inflight = 0
+        self.inflight = 0
         self._resend = 0
 
     def _resume_session(self):
         """Session resumed: PUBLISHes not acknowledged wait for the application to resend
         them with DUP=1; QoS 2 messages past PUBREC get their PUBREL again."""
-        self._inflight = 0
+        self.inflight = 0
         self._resend = 0
-        for i in self._in_order():
-            st = self._state[i]
-            if st == _WAIT_PUBCOMP:
-                self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, self._pids[i]))
-                self._inflight += 1
-            elif st != _FREE:
+        for pid in self.pending_resend((_WAIT_PUBACK, _WAIT_PUBREC, _WAIT_PUBCOMP)):
+            i = self._find(pid)
+            if self._state[i] == _WAIT_PUBCOMP:
+                self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, pid))
+                self.inflight += 1
+            else:
                 self._state[i] = _RESEND
                 self._resend += 1
 
-    def _in_order(self):
-        idx = [i for i in range(len(self._state)) if self._state[i] != _FREE]
-        base = self._seq
-        idx.sort(key=lambda i: (self._order[i] - base - 1) & _SEQ_MASK)  # oldest first
-        return idx
-
-    def pending_resend(self):
+    def pending_resend(self, states=(_RESEND,)):
         """Packet ids to publish again (publish_batch(..., resend_pid=pid)) after a
-        resumed session, in their original order. Allocates a list."""
-        return [self._pids[i] for i in self._in_order() if self._state[i] == _RESEND]
+        resumed session, oldest first. Allocates a list."""
+        idx = [i for i in range(len(self._state)) if self._state[i] in states]
+        base = self._seq
+        idx.sort(key=lambda i: (self._order[i] - base - 1) & _SEQ_MASK)
+        return [self._pids[i] for i in idx]
 
     def abandon(self, pid):
         """Give up a message waiting for resend (e.g. its data is gone). True if it was one."""
@@ -357,10 +332,10 @@ class Client:
                     raise ValueError("packet id %d is not waiting for a resend" % resend_pid)
                 if self._qos[slot] != qos:
                     raise ValueError("packet id %d was sent with QoS %d" % (resend_pid, self._qos[slot]))
-                if self._inflight >= self._limit:
+                if self.inflight >= self.limit:
                     return BUSY
                 pid = resend_pid
-            elif self._resend or self._inflight >= self._limit:
+            elif self._resend or self.inflight >= self.limit:
                 return BUSY
         elif resend_pid:
             raise ValueError("resend_pid needs QoS 1 or 2")
@@ -382,10 +357,10 @@ class Client:
         flags = (qos << 1) | (1 if retain else 0) | (0x08 if resend_pid else 0)
         props = P.publish_props_len(enc.count_digits(), alias, expiry, content_type, payload_format)
         size = P.publish_header_len(tlen, qos, props, enc.payload_len) + enc.payload_len
-        if size > self._mps:
+        if size > self.max_send_size:
             raise MQTTError(P.PACKET_TOO_LARGE, "PUBLISH", None,
                             "PUBLISH of %d bytes exceeds the broker's Maximum Packet Size %d; nothing sent"
-                            % (size, self._mps), True)
+                            % (size, self.max_send_size), True)
         if qos and not resend_pid:
             slot = self._free_slot()
             pid = self._new_pid()
@@ -399,9 +374,9 @@ class Client:
             self._state[slot] = _WAIT_PUBACK if qos == 1 else _WAIT_PUBREC
             self._seq = (self._seq + 1) & _SEQ_MASK
             self._order[slot] = self._seq
-            self._inflight += 1
-            if self._inflight > self.peak_inflight:
-                self.peak_inflight = self._inflight
+            self.inflight += 1
+            if self.inflight > self.peak_inflight:
+                self.peak_inflight = self.inflight
         self._send(enc.buf, start, size)
         if new_alias >= 0:
             self._aliases[new_alias] = topic
@@ -452,7 +427,7 @@ class Client:
         except TransportError:
             self._closed()
             raise
-        return self._inflight
+        return self.inflight
 
     def flush(self, timeout_ms=None):
         """service() until nothing is in flight or timeout_ms passed; returns the
@@ -464,7 +439,7 @@ class Client:
             if left <= 0:
                 break
             self.transport.wait(left if left < 1000 else 1000)
-        return self._inflight
+        return self.inflight
 
     def _read_packet(self):
         """Read towards one whole packet without blocking; True when rx holds it."""
@@ -511,10 +486,10 @@ class Client:
         rx = self._rx
         if t == P.PUBACK or t == P.PUBREC or t == P.PUBCOMP:
             if first & 0x0F:
-                self._fail(P.MALFORMED_PACKET, "%s with reserved flags 0x%X" % (P.PACKET_NAMES[t], first & 0x0F))
+                self._fail(P.MALFORMED_PACKET, "%s with reserved flags 0x%X" % (P.packet_name(t), first & 0x0F))
             r = P.parse_ack(t, rx, 0, n)
             if r < 0:
-                self._fail(P.MALFORMED_PACKET, "%s: %s" % (P.PACKET_NAMES[t], P.ERROR_TEXT[r]))
+                self._fail(P.MALFORMED_PACKET, "%s: %s" % (P.packet_name(t), P.error_text(r)))
             pid = P.u16(rx, 0)
             i = self._find(pid)
             want = _WAIT_PUBACK if t == P.PUBACK else (_WAIT_PUBREC if t == P.PUBREC else _WAIT_PUBCOMP)
@@ -523,13 +498,13 @@ class Client:
                     self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, pid, P.PACKET_ID_NOT_FOUND))
                     return
                 self._fail(P.PROTOCOL_ERROR, "%s for packet id %d, which is not waiting for it"
-                           % (P.PACKET_NAMES[t], pid))
+                           % (P.packet_name(t), pid))
             if t == P.PUBREC and r < 0x80:
                 self._state[i] = _WAIT_PUBCOMP
                 self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, pid))
                 return
             self._state[i] = _FREE
-            self._inflight -= 1
+            self.inflight -= 1
             reason = None
             if r >= 0x80:
                 self.refused += 1
@@ -547,7 +522,7 @@ class Client:
                 self._fail(P.MALFORMED_PACKET, "DISCONNECT with reserved flags")
             r = P.parse_disconnect(rx, 0, n)
             if r < 0:
-                self._fail(P.MALFORMED_PACKET, "DISCONNECT: " + P.ERROR_TEXT[r])
+                self._fail(P.MALFORMED_PACKET, "DISCONNECT: " + P.error_text(r))
             p = P.ack_props_start(t, rx, 0, n)
             reason = P.prop_string(rx, p, n, P.P_REASON_STRING)
             ref = P.prop_string(rx, p, n, P.P_SERVER_REFERENCE)
@@ -555,7 +530,7 @@ class Client:
             raise MQTTError(r, "DISCONNECT", reason, ("server reference %r" % ref) if ref else None)
         else:
             self._fail(P.PROTOCOL_ERROR, "unexpected %s (packet byte 0x%02X) from the broker; this client "
-                       "only publishes" % (P.PACKET_NAMES[t], first))
+                       "only publishes" % (P.packet_name(t), first))
 
     def _fail(self, code, detail):
         """A protocol violation by the broker: DISCONNECT with `code`, close, raise."""

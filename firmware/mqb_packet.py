@@ -18,46 +18,46 @@ PUBACK = const(4)
 PUBREC = const(5)
 PUBREL = const(6)
 PUBCOMP = const(7)
-SUBSCRIBE = const(8)
-SUBACK = const(9)
-UNSUBSCRIBE = const(10)
-UNSUBACK = const(11)
-PINGREQ = const(12)
 PINGRESP = const(13)
 DISCONNECT = const(14)
-AUTH = const(15)
 
-PACKET_NAMES = ("reserved", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
-                "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "AUTH")
+_PACKET_NAMES = ("reserved CONNECT CONNACK PUBLISH PUBACK PUBREC PUBREL PUBCOMP SUBSCRIBE SUBACK "
+                 "UNSUBSCRIBE UNSUBACK PINGREQ PINGRESP DISCONNECT AUTH")
 
-# -- property identifiers (2.2.2.2) -------------------------------------------
-P_PAYLOAD_FORMAT = const(0x01)
-P_MESSAGE_EXPIRY = const(0x02)
-P_CONTENT_TYPE = const(0x03)
-P_RESPONSE_TOPIC = const(0x08)
-P_CORRELATION_DATA = const(0x09)
-P_SUBSCRIPTION_ID = const(0x0B)
-P_SESSION_EXPIRY = const(0x11)
-P_ASSIGNED_CLIENT_ID = const(0x12)
-P_SERVER_KEEP_ALIVE = const(0x13)
-P_AUTH_METHOD = const(0x15)
-P_AUTH_DATA = const(0x16)
-P_REQUEST_PROBLEM_INFO = const(0x17)
-P_WILL_DELAY = const(0x18)
-P_REQUEST_RESPONSE_INFO = const(0x19)
-P_RESPONSE_INFO = const(0x1A)
+
+def packet_name(ptype):
+    """Name of a control packet type 0..15, e.g. 'PUBACK' (allocates: error paths)."""
+    return _PACKET_NAMES.split()[ptype & 15]
+
+
+# -- property identifiers (2.2.2.2); private ones are folded away by const() ---
+_P_PAYLOAD_FORMAT = const(0x01)
+_P_MESSAGE_EXPIRY = const(0x02)
+_P_CONTENT_TYPE = const(0x03)
+_P_RESPONSE_TOPIC = const(0x08)
+_P_CORRELATION_DATA = const(0x09)
+_P_SUBSCRIPTION_ID = const(0x0B)
+_P_SESSION_EXPIRY = const(0x11)
+_P_ASSIGNED_CLIENT_ID = const(0x12)
+_P_SERVER_KEEP_ALIVE = const(0x13)
+_P_AUTH_METHOD = const(0x15)
+_P_AUTH_DATA = const(0x16)
+_P_REQUEST_PROBLEM_INFO = const(0x17)
+_P_WILL_DELAY = const(0x18)
+_P_REQUEST_RESPONSE_INFO = const(0x19)
+_P_RESPONSE_INFO = const(0x1A)
 P_SERVER_REFERENCE = const(0x1C)
 P_REASON_STRING = const(0x1F)
-P_RECEIVE_MAXIMUM = const(0x21)
-P_TOPIC_ALIAS_MAXIMUM = const(0x22)
-P_TOPIC_ALIAS = const(0x23)
-P_MAXIMUM_QOS = const(0x24)
-P_RETAIN_AVAILABLE = const(0x25)
+_P_RECEIVE_MAXIMUM = const(0x21)
+_P_TOPIC_ALIAS_MAXIMUM = const(0x22)
+_P_TOPIC_ALIAS = const(0x23)
+_P_MAXIMUM_QOS = const(0x24)
+_P_RETAIN_AVAILABLE = const(0x25)
 P_USER_PROPERTY = const(0x26)
-P_MAXIMUM_PACKET_SIZE = const(0x27)
-P_WILDCARD_SUB_AVAILABLE = const(0x28)
-P_SUB_ID_AVAILABLE = const(0x29)
-P_SHARED_SUB_AVAILABLE = const(0x2A)
+_P_MAXIMUM_PACKET_SIZE = const(0x27)
+_P_WILDCARD_SUB_AVAILABLE = const(0x28)
+_P_SUB_ID_AVAILABLE = const(0x29)
+_P_SHARED_SUB_AVAILABLE = const(0x2A)
 
 # Value type of each property id 0x00..0x2A: 0 unknown, 1 byte, 2 two-byte int,
 # 4 four-byte int, 5 VBI, 6 UTF-8 string, 7 binary data, 8 string pair.
@@ -66,64 +66,49 @@ _PTYPE = bytes((0, 1, 4, 6, 0, 0, 0, 0, 6, 7, 0, 5, 0, 0, 0, 0,
                 0, 2, 2, 2, 1, 1, 8, 4, 1, 1, 1))
 
 # Properties a server may send in each packet (2.2.2.2, 3.x.2.2).
-CONNACK_PROPS = bytes((P_SESSION_EXPIRY, P_RECEIVE_MAXIMUM, P_MAXIMUM_QOS, P_RETAIN_AVAILABLE,
-                       P_MAXIMUM_PACKET_SIZE, P_ASSIGNED_CLIENT_ID, P_TOPIC_ALIAS_MAXIMUM, P_REASON_STRING,
-                       P_USER_PROPERTY, P_WILDCARD_SUB_AVAILABLE, P_SUB_ID_AVAILABLE, P_SHARED_SUB_AVAILABLE,
-                       P_SERVER_KEEP_ALIVE, P_RESPONSE_INFO, P_SERVER_REFERENCE, P_AUTH_METHOD, P_AUTH_DATA))
-ACK_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY))
+_CONNACK_PROPS = bytes((_P_SESSION_EXPIRY, _P_RECEIVE_MAXIMUM, _P_MAXIMUM_QOS, _P_RETAIN_AVAILABLE,
+                       _P_MAXIMUM_PACKET_SIZE, _P_ASSIGNED_CLIENT_ID, _P_TOPIC_ALIAS_MAXIMUM, P_REASON_STRING,
+                       P_USER_PROPERTY, _P_WILDCARD_SUB_AVAILABLE, _P_SUB_ID_AVAILABLE, _P_SHARED_SUB_AVAILABLE,
+                       _P_SERVER_KEEP_ALIVE, _P_RESPONSE_INFO, P_SERVER_REFERENCE, _P_AUTH_METHOD, _P_AUTH_DATA))
+_ACK_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY))
 # a server MUST NOT send Session Expiry Interval in DISCONNECT (3.14.2.2.2): not listed
-DISCONNECT_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY, P_SERVER_REFERENCE))
+_DISCONNECT_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY, P_SERVER_REFERENCE))
 
-# -- reason codes (2.4) -------------------------------------------------------
+# -- reason codes (2.4): the ones an application compares against; every code is
+# named by reason_name() ------------------------------------------------------
 SUCCESS = const(0x00)
 NO_MATCHING_SUBSCRIBERS = const(0x10)
-UNSPECIFIED_ERROR = const(0x80)
 MALFORMED_PACKET = const(0x81)
 PROTOCOL_ERROR = const(0x82)
-IMPLEMENTATION_SPECIFIC_ERROR = const(0x83)
-UNSUPPORTED_PROTOCOL_VERSION = const(0x84)
-CLIENT_ID_NOT_VALID = const(0x85)
 BAD_USERNAME_OR_PASSWORD = const(0x86)
 NOT_AUTHORIZED = const(0x87)
-SERVER_UNAVAILABLE = const(0x88)
-SERVER_BUSY = const(0x89)
-BANNED = const(0x8A)
-SERVER_SHUTTING_DOWN = const(0x8B)
-BAD_AUTH_METHOD = const(0x8C)
 KEEP_ALIVE_TIMEOUT = const(0x8D)
 SESSION_TAKEN_OVER = const(0x8E)
-TOPIC_NAME_INVALID = const(0x90)
-PACKET_ID_IN_USE = const(0x91)
 PACKET_ID_NOT_FOUND = const(0x92)
 RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
-TOPIC_ALIAS_INVALID = const(0x94)
 PACKET_TOO_LARGE = const(0x95)
-MESSAGE_RATE_TOO_HIGH = const(0x96)
 QUOTA_EXCEEDED = const(0x97)
-ADMINISTRATIVE_ACTION = const(0x98)
 PAYLOAD_FORMAT_INVALID = const(0x99)
 RETAIN_NOT_SUPPORTED = const(0x9A)
 QOS_NOT_SUPPORTED = const(0x9B)
 USE_ANOTHER_SERVER = const(0x9C)
 SERVER_MOVED = const(0x9D)
-CONNECTION_RATE_EXCEEDED = const(0x9F)
 
-REASON_NAMES = {
-    0x00: "Success", 0x04: "Disconnect with Will Message", 0x10: "No matching subscribers",
-    0x80: "Unspecified error", 0x81: "Malformed Packet", 0x82: "Protocol Error",
-    0x83: "Implementation specific error", 0x84: "Unsupported Protocol Version",
-    0x85: "Client Identifier not valid", 0x86: "Bad User Name or Password", 0x87: "Not authorized",
-    0x88: "Server unavailable", 0x89: "Server busy", 0x8A: "Banned", 0x8B: "Server shutting down",
-    0x8C: "Bad authentication method", 0x8D: "Keep Alive timeout", 0x8E: "Session taken over",
-    0x8F: "Topic Filter invalid", 0x90: "Topic Name invalid", 0x91: "Packet Identifier in use",
-    0x92: "Packet Identifier not found", 0x93: "Receive Maximum exceeded", 0x94: "Topic Alias invalid",
-    0x95: "Packet too large", 0x96: "Message rate too high", 0x97: "Quota exceeded",
-    0x98: "Administrative action", 0x99: "Payload format invalid", 0x9A: "Retain not supported",
-    0x9B: "QoS not supported", 0x9C: "Use another server", 0x9D: "Server moved",
-    0x9E: "Shared Subscriptions not supported", 0x9F: "Connection rate exceeded",
-    0xA0: "Maximum connect time", 0xA1: "Subscription Identifiers not supported",
-    0xA2: "Wildcard Subscriptions not supported",
-}
+# Every reason code of MQTT 5.0 and its name, as two compact constants (a dict of
+# strings would cost ~3.6 KB of RAM on a board that loads this module as .mpy).
+_REASON_CODES = bytes((0x00, 0x04, 0x10, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8B,
+                       0x8C, 0x8D, 0x8E, 0x8F, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A,
+                       0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2))
+_REASON_TEXT = ("Success|Disconnect with Will Message|No matching subscribers|Unspecified error|Malformed Packet|"
+                "Protocol Error|Implementation specific error|Unsupported Protocol Version|"
+                "Client Identifier not valid|Bad User Name or Password|Not authorized|Server unavailable|"
+                "Server busy|Banned|Server shutting down|Bad authentication method|Keep Alive timeout|"
+                "Session taken over|Topic Filter invalid|Topic Name invalid|Packet Identifier in use|"
+                "Packet Identifier not found|Receive Maximum exceeded|Topic Alias invalid|Packet too large|"
+                "Message rate too high|Quota exceeded|Administrative action|Payload format invalid|"
+                "Retain not supported|QoS not supported|Use another server|Server moved|"
+                "Shared Subscriptions not supported|Connection rate exceeded|Maximum connect time|"
+                "Subscription Identifiers not supported|Wildcard Subscriptions not supported")
 
 # Reason codes a server may send in each packet (3.2.2.2, 3.4.2.1, 3.5.2.1, 3.7.2.1, 3.14.2.1).
 CONNACK_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C,
@@ -136,8 +121,9 @@ DISCONNECT_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 
 
 
 def reason_name(code):
-    """Text name of an MQTT 5 reason code, e.g. 'Not authorized'."""
-    return REASON_NAMES.get(code, "unknown reason code")
+    """Name of an MQTT 5 reason code, e.g. 'Not authorized' (allocates: error paths)."""
+    i = _REASON_CODES.find(bytes((code & 0xFF,))) if 0 <= code <= 0xFF else -1
+    return _REASON_TEXT.split("|")[i] if i >= 0 else "unknown reason code"
 
 
 # -- what a parser found malformed (negative results) --------------------------
@@ -150,16 +136,17 @@ E_BAD_REASON = const(-6)     # a reason code not defined for this packet
 E_BAD_FLAGS = const(-7)      # reserved fixed-header or acknowledge flags set
 E_BAD_PACKET_ID = const(-8)  # packet identifier 0
 
-ERROR_TEXT = {
-    E_TRUNCATED: "packet ends inside a field (truncated)",
-    E_TRAILING: "bytes left over after the last field",
-    E_BAD_PROPERTY: "unknown property, or property not allowed in this packet",
-    E_DUP_PROPERTY: "property that may appear only once appears twice",
-    E_BAD_VALUE: "property or flag value not allowed by the specification",
-    E_BAD_REASON: "reason code not defined for this packet",
-    E_BAD_FLAGS: "reserved flags set",
-    E_BAD_PACKET_ID: "packet identifier 0",
-}
+_ERROR_TEXT = ("packet ends inside a field (truncated)|bytes left over after the last field|"
+               "unknown property, or property not allowed in this packet|"
+               "property that may appear only once appears twice|"
+               "property or flag value not allowed by the specification|"
+               "reason code not defined for this packet|reserved flags set|packet identifier 0")
+
+
+def error_text(err):
+    """What a negative E_* parser result means (allocates: error paths)."""
+    return _ERROR_TEXT.split("|")[-err - 1] if -8 <= err < 0 else "not a parser error code: %d" % err
+
 
 # -- small readers ------------------------------------------------------------
 
@@ -273,7 +260,8 @@ def props_block(buf, pos, end):
 
 class Connack:
     """Everything a CONNACK said, with the specification's defaults for absent
-    properties. The client keeps one and refills it at every connect."""
+    properties. The client keeps one and refills it at every connect. (User
+    Properties and Authentication Data are validated, not kept.)"""
 
     def __init__(self):
         self.clear()
@@ -296,7 +284,17 @@ class Connack:
         self.response_info = None
         self.server_reference = None
         self.auth_method = None
-        self.user_properties = 0         # how many were sent (not kept)
+
+
+# CONNACK property id -> Connack attribute
+_CONNACK_ATTRS = {_P_SESSION_EXPIRY: "session_expiry", _P_RECEIVE_MAXIMUM: "receive_max",
+                  _P_MAXIMUM_QOS: "max_qos", _P_RETAIN_AVAILABLE: "retain_available",
+                  _P_MAXIMUM_PACKET_SIZE: "max_packet_size", _P_ASSIGNED_CLIENT_ID: "assigned_client_id",
+                  _P_TOPIC_ALIAS_MAXIMUM: "topic_alias_max", P_REASON_STRING: "reason_string",
+                  _P_SERVER_KEEP_ALIVE: "server_keep_alive", P_SERVER_REFERENCE: "server_reference",
+                  _P_WILDCARD_SUB_AVAILABLE: "wildcard_sub_available", _P_SUB_ID_AVAILABLE: "sub_id_available",
+                  _P_SHARED_SUB_AVAILABLE: "shared_sub_available", _P_RESPONSE_INFO: "response_info",
+                  _P_AUTH_METHOD: "auth_method"}
 
 
 def parse_connack(buf, start, end, out):
@@ -318,56 +316,28 @@ def parse_connack(buf, start, end, out):
     p = props_block(buf, start + 2, end)
     if p < 0:
         return p
-    err = props_check(buf, p, end, CONNACK_PROPS)
+    err = props_check(buf, p, end, _CONNACK_PROPS)
     if err:
         return err
     while p < end:
         pid = buf[p]
-        v = p + 1
-        if pid == P_SESSION_EXPIRY:
-            out.session_expiry = u32(buf, v)
-        elif pid == P_RECEIVE_MAXIMUM:
-            out.receive_max = u16(buf, v)
-            if out.receive_max == 0:
+        t = _PTYPE[pid]
+        if t == 1:  # every one-byte CONNACK property is 0 or 1 (Maximum QoS 2 is never sent)
+            if buf[p + 1] > 1:
                 return E_BAD_VALUE
-        elif pid == P_MAXIMUM_QOS:
-            out.max_qos = buf[v]
-            if buf[v] > 1:
-                return E_BAD_VALUE  # only 0 or 1 may be sent; absent means 2
-        elif pid == P_RETAIN_AVAILABLE:
-            if buf[v] > 1:
-                return E_BAD_VALUE
-            out.retain_available = buf[v] == 1
-        elif pid == P_MAXIMUM_PACKET_SIZE:
-            out.max_packet_size = u32(buf, v)
-            if out.max_packet_size == 0:
-                return E_BAD_VALUE
-        elif pid == P_ASSIGNED_CLIENT_ID:
-            out.assigned_client_id = string_at(buf, v)
-        elif pid == P_TOPIC_ALIAS_MAXIMUM:
-            out.topic_alias_max = u16(buf, v)
-        elif pid == P_REASON_STRING:
-            out.reason_string = string_at(buf, v)
-        elif pid == P_SERVER_KEEP_ALIVE:
-            out.server_keep_alive = u16(buf, v)
-        elif pid == P_RESPONSE_INFO:
-            out.response_info = string_at(buf, v)
-        elif pid == P_SERVER_REFERENCE:
-            out.server_reference = string_at(buf, v)
-        elif pid == P_AUTH_METHOD:
-            out.auth_method = string_at(buf, v)
-        elif pid == P_USER_PROPERTY:
-            out.user_properties += 1
-        elif pid == P_WILDCARD_SUB_AVAILABLE or pid == P_SUB_ID_AVAILABLE or pid == P_SHARED_SUB_AVAILABLE:
-            if buf[v] > 1:
-                return E_BAD_VALUE
-            if pid == P_WILDCARD_SUB_AVAILABLE:
-                out.wildcard_sub_available = buf[v] == 1
-            elif pid == P_SUB_ID_AVAILABLE:
-                out.sub_id_available = buf[v] == 1
-            else:
-                out.shared_sub_available = buf[v] == 1
+            val = buf[p + 1] if pid == _P_MAXIMUM_QOS else buf[p + 1] == 1
+        elif t == 2:
+            val = u16(buf, p + 1)
+        elif t == 4:
+            val = u32(buf, p + 1)
+        elif t == 6:
+            val = string_at(buf, p + 1)
+        name = _CONNACK_ATTRS.get(pid)
+        if name:
+            setattr(out, name, val)
         p = _prop_end(buf, p, end)
+    if out.receive_max == 0 or out.max_packet_size == 0:
+        return E_BAD_VALUE
     return code
 
 
@@ -394,7 +364,7 @@ def parse_ack(ptype, buf, start, end):
     p = props_block(buf, start + 3, end)
     if p < 0:
         return p
-    err = props_check(buf, p, end, ACK_PROPS)
+    err = props_check(buf, p, end, _ACK_PROPS)
     return err if err else code
 
 
@@ -411,7 +381,7 @@ def parse_disconnect(buf, start, end):
     p = props_block(buf, start + 1, end)
     if p < 0:
         return p
-    err = props_check(buf, p, end, DISCONNECT_PROPS)
+    err = props_check(buf, p, end, _DISCONNECT_PROPS)
     return err if err else code
 
 
@@ -430,128 +400,74 @@ UP_BATCH_FORMAT = b"\x26\x00\x0cbatch-format\x00\x02v1"  # User Property batch-f
 UP_BATCH_SIZE_KEY = b"\x26\x00\x0abatch-size"            # + 2-byte length + digits
 
 
-def _put(buf, pos, data):
-    n = len(data)
-    if buf is not None:
-        buf[pos:pos + n] = data
-    return pos + n
+def _vbi(n):
+    b = bytearray(vbi_size(n))
+    vbi_write(b, 0, n)
+    return b
 
 
-def _put16(buf, pos, v):
-    if buf is not None:
-        buf[pos] = v >> 8
-        buf[pos + 1] = v & 0xFF
-    return pos + 2
-
-
-def _put32(buf, pos, v):
-    if buf is not None:
-        buf[pos] = (v >> 24) & 0xFF
-        buf[pos + 1] = (v >> 16) & 0xFF
-        buf[pos + 2] = (v >> 8) & 0xFF
-        buf[pos + 3] = v & 0xFF
-    return pos + 4
-
-
-def _putstr(buf, pos, data):
+def _str(data):
+    """A UTF-8 string / binary data field: 2-byte length + bytes."""
     if len(data) > 65535:
         raise ValueError("string or binary field longer than 65535 bytes")
-    return _put(buf, _put16(buf, pos, len(data)), data)
-
-
-def _putvbi(buf, pos, n):
-    return vbi_write(buf, pos, n) if buf is not None else pos + vbi_size(n)
-
-
-def _put8(buf, pos, v):
-    if buf is not None:
-        buf[pos] = v
-    return pos + 1
+    return len(data).to_bytes(2, "big") + data
 
 
 class Will:
     """A Will Message for CONNECT (3.1.2.5, 3.1.3.2), e.g. a retained "offline" status.
-    topic and payload are bytes (or str, encoded as UTF-8)."""
+    topic, payload, content_type: bytes (str is encoded as UTF-8). delay: Will Delay
+    Interval (s); expiry: Message Expiry Interval (s); payload_format: 0 or 1."""
 
     def __init__(self, topic, payload, qos=0, retain=False, delay=0, expiry=None,
                  content_type=None, payload_format=None):
         if qos not in (0, 1, 2):
             raise ValueError("Will QoS must be 0, 1 or 2, got %r" % (qos,))
+        if not topic:
+            raise ValueError("Will topic must not be empty")
         self.topic = topic.encode() if isinstance(topic, str) else topic
         self.payload = payload.encode() if isinstance(payload, str) else payload
-        if not self.topic:
-            raise ValueError("Will topic must not be empty")
         self.qos = qos
         self.retain = retain
-        self.delay = delay
-        self.expiry = expiry
-        self.content_type = content_type.encode() if isinstance(content_type, str) else content_type
-        self.payload_format = payload_format
-
-
-def _will_props(buf, pos, w):
-    if w.delay:
-        pos = _put32(buf, _put8(buf, pos, P_WILL_DELAY), w.delay)
-    if w.payload_format is not None:
-        pos = _put8(buf, _put8(buf, pos, P_PAYLOAD_FORMAT), w.payload_format)
-    if w.expiry is not None:
-        pos = _put32(buf, _put8(buf, pos, P_MESSAGE_EXPIRY), w.expiry)
-    if w.content_type is not None:
-        pos = _putstr(buf, _put8(buf, pos, P_CONTENT_TYPE), w.content_type)
-    return pos
-
-
-def _connect_props(buf, pos, session_expiry, receive_max, max_packet_size):
-    if session_expiry:
-        pos = _put32(buf, _put8(buf, pos, P_SESSION_EXPIRY), session_expiry)
-    if receive_max != 65535:
-        pos = _put16(buf, _put8(buf, pos, P_RECEIVE_MAXIMUM), receive_max)
-    pos = _put32(buf, _put8(buf, pos, P_MAXIMUM_PACKET_SIZE), max_packet_size)
-    return _put16(buf, _put8(buf, pos, P_TOPIC_ALIAS_MAXIMUM), 0)  # this client accepts no aliases
-
-
-def _connect_body(buf, pos, client_id, keepalive, clean_start, session_expiry, receive_max,
-                  max_packet_size, username, password, will):
-    flags = 0x02 if clean_start else 0
-    if will is not None:
-        flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
-    if username is not None:
-        flags |= 0x80
-    if password is not None:
-        flags |= 0x40
-    pos = _put(buf, pos, b"\x00\x04MQTT\x05")
-    pos = _put8(buf, pos, flags)
-    pos = _put16(buf, pos, keepalive)
-    plen = _connect_props(None, 0, session_expiry, receive_max, max_packet_size)
-    pos = _connect_props(buf, _putvbi(buf, pos, plen), session_expiry, receive_max, max_packet_size)
-    pos = _putstr(buf, pos, client_id)
-    if will is not None:
-        wlen = _will_props(None, 0, will)
-        pos = _will_props(buf, _putvbi(buf, pos, wlen), will)
-        pos = _putstr(buf, _putstr(buf, pos, will.topic), will.payload)
-    if username is not None:
-        pos = _putstr(buf, pos, username)
-    if password is not None:
-        pos = _putstr(buf, pos, password)
-    return pos
+        props = b""
+        if delay:
+            props += b"\x18" + delay.to_bytes(4, "big")
+        if payload_format is not None:
+            props += bytes((_P_PAYLOAD_FORMAT, payload_format))
+        if expiry is not None:
+            props += b"\x02" + expiry.to_bytes(4, "big")
+        if content_type is not None:
+            props += b"\x03" + _str(content_type.encode() if isinstance(content_type, str) else content_type)
+        self.props = props
 
 
 def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_max, max_packet_size,
                    username=None, password=None, will=None):
     """A complete CONNECT packet (3.1) as a new bytearray (connects are rare: this allocates).
-    client_id/username/password are bytes. Topic Alias Maximum is sent as 0."""
+    client_id/username/password are bytes. Topic Alias Maximum is sent as 0: this
+    client accepts no aliases from the server."""
     if not 0 <= keepalive <= 65535:
         raise ValueError("keep alive must be 0..65535 s, got %d" % keepalive)
     if not 1 <= receive_max <= 65535:
         raise ValueError("Receive Maximum must be 1..65535, got %d" % receive_max)
-    args = (client_id, keepalive, clean_start, session_expiry, receive_max, max_packet_size,
-            username, password, will)
-    rem = _connect_body(None, 0, *args)
-    buf = bytearray(1 + vbi_size(rem) + rem)
-    buf[0] = CONNECT << 4
-    end = _connect_body(buf, vbi_write(buf, 1, rem), *args)
-    assert end == len(buf)
-    return buf
+    flags = 0x02 if clean_start else 0
+    props = b""
+    if session_expiry:
+        props += b"\x11" + session_expiry.to_bytes(4, "big")
+    if receive_max != 65535:
+        props += b"\x21" + receive_max.to_bytes(2, "big")
+    props += b"\x27" + max_packet_size.to_bytes(4, "big") + b"\x22\x00\x00"
+    tail = _str(client_id)
+    if will is not None:
+        flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
+        tail += _vbi(len(will.props)) + will.props + _str(will.topic) + _str(will.payload)
+    if username is not None:
+        flags |= 0x80
+        tail += _str(username)
+    if password is not None:
+        flags |= 0x40
+        tail += _str(password)
+    body = b"\x00\x04MQTT\x05" + bytes((flags, keepalive >> 8, keepalive & 0xFF)) + _vbi(len(props)) + props + tail
+    return bytearray(bytes((CONNECT << 4,)) + _vbi(len(body)) + body)
 
 
 def publish_props_len(count_digits, alias, expiry, content_type, payload_format):
@@ -603,20 +519,28 @@ def write_publish_header(buf, end, flags, topic, topic_len, pid, alias, expiry, 
         p += 2
     p = vbi_write(buf, p, props)
     if payload_format is not None:
-        buf[p] = P_PAYLOAD_FORMAT
+        buf[p] = _P_PAYLOAD_FORMAT
         buf[p + 1] = payload_format
         p += 2
     if expiry is not None:
-        buf[p] = P_MESSAGE_EXPIRY
-        p = _put32(buf, p + 1, expiry)
+        buf[p] = _P_MESSAGE_EXPIRY
+        buf[p + 1] = (expiry >> 24) & 0xFF
+        buf[p + 2] = (expiry >> 16) & 0xFF
+        buf[p + 3] = (expiry >> 8) & 0xFF
+        buf[p + 4] = expiry & 0xFF
+        p += 5
     if alias:
-        buf[p] = P_TOPIC_ALIAS
+        buf[p] = _P_TOPIC_ALIAS
         buf[p + 1] = alias >> 8
         buf[p + 2] = alias & 0xFF
         p += 3
     if content_type is not None:
-        buf[p] = P_CONTENT_TYPE
-        p = _putstr(buf, p + 1, content_type)
+        n = len(content_type)
+        buf[p] = _P_CONTENT_TYPE
+        buf[p + 1] = n >> 8
+        buf[p + 2] = n & 0xFF
+        buf[p + 3:p + 3 + n] = content_type
+        p += 3 + n
     n = len(UP_BATCH_FORMAT)
     buf[p:p + n] = UP_BATCH_FORMAT
     p += n

@@ -26,18 +26,14 @@ TLS_EXPIRED = "expired"            # the certificate's validity has ended
 TLS_NOT_YET_VALID = "not-yet-valid"  # its validity starts in the future (check the device clock)
 TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, reset, refused client cert)
 
-# mbedTLS verification texts (mbedtls_x509_crt_verify_info), checked in this order
-_TLS_TEXTS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED),
-              ("validity has expired", TLS_EXPIRED),
-              ("validity starts in the future", TLS_NOT_YET_VALID),
-              ("does not match with the expected CN", TLS_HOSTNAME))
-_TLS_HELP = {
-    TLS_UNTRUSTED: "server certificate not signed by the configured CA (wrong CA file?)",
-    TLS_HOSTNAME: "server certificate does not match the server name",
-    TLS_EXPIRED: "server certificate has expired",
-    TLS_NOT_YET_VALID: "server certificate is not valid yet (is the device clock set?)",
-    TLS_HANDSHAKE: "TLS handshake failed",
-}
+# (mbedtls_x509_crt_verify_info text, kind, what it means), checked in this order
+_TLS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED,
+         "server certificate not signed by the configured CA (wrong CA file?)"),
+        ("validity has expired", TLS_EXPIRED, "server certificate has expired"),
+        ("validity starts in the future", TLS_NOT_YET_VALID,
+         "server certificate is not valid yet (is the device clock set?)"),
+        ("does not match with the expected CN", TLS_HOSTNAME, "server certificate does not match the server name"),
+        ("", TLS_HANDSHAKE, "TLS handshake failed"))
 _MBEDTLS_CERT_VERIFY_FAILED = const(-0x2700)
 _POLL_EVENTS = const(0x0001 | 0x0008 | 0x0010)  # POLLIN | POLLERR | POLLHUP
 
@@ -52,10 +48,15 @@ class TransportError(Exception):
 
 
 class TLSError(TransportError):
-    """The TLS handshake failed; .kind is one of the TLS_* names. Nothing was sent."""
+    """The TLS handshake failed; .kind is one of the TLS_* names, chosen from the
+    handshake exception `exc`. Nothing was sent."""
 
-    def __init__(self, kind, detail, code=None):
-        super().__init__("TLS: %s: %s" % (_TLS_HELP[kind], detail), code)
+    def __init__(self, exc, where, code=None):
+        text = str(exc).strip() or repr(exc)
+        for needle, kind, meaning in _TLS:
+            if needle in text:
+                break
+        super().__init__("TLS: %s: %s (%s)" % (meaning, text, where), code)
         self.kind = kind
 
 
@@ -80,30 +81,6 @@ def read_der(path):
         raise ValueError("%s: PEM body is not valid base64 (%s)" % (path, e))
 
 
-def classify_tls(exc):
-    """The TLS_* kind for an exception raised by the handshake."""
-    text = str(exc)
-    for needle, kind in _TLS_TEXTS:
-        if needle in text:
-            return kind
-    return TLS_HANDSHAKE
-
-
-def set_nodelay(sock):
-    """Disable Nagle. Returns None on success, else why not (the port may lack it)."""
-    level = getattr(socket, "IPPROTO_TCP", None)
-    opt = getattr(socket, "TCP_NODELAY", None)
-    if opt is None and sys.platform == "linux":
-        level, opt = 6, 1  # the Unix port has no constants; these are Linux's
-    if opt is None or level is None:
-        return "TCP_NODELAY not available on this port (%s)" % sys.platform
-    try:
-        sock.setsockopt(level, opt, 1)
-    except OSError as e:
-        return "setsockopt(TCP_NODELAY) failed: %s" % e
-    return None
-
-
 class Transport:
     """One network connection to the broker, reopened by open() after a failure.
 
@@ -124,6 +101,7 @@ class Transport:
         self.server_hostname = server_hostname or host
         self.nodelay_error = None  # why TCP_NODELAY could not be set, if so
         self.close_error = None
+        self._one = bytearray(1)
         self._sock = None
         self._poll = None
         self._ctx = None
@@ -170,20 +148,30 @@ class Transport:
         except OSError as e:
             raw.close()
             raise TransportError("cannot connect to %s: %s" % (where, e), e.errno)
-        self.nodelay_error = set_nodelay(raw)
+        # Disable Nagle: the Unix port lacks the constants (Linux: IPPROTO_TCP 6, TCP_NODELAY 1)
+        opt = getattr(socket, "TCP_NODELAY", 1 if sys.platform == "linux" else None)
+        try:
+            if opt is None:
+                raise OSError("TCP_NODELAY not available on this port (%s)" % sys.platform)
+            raw.setsockopt(getattr(socket, "IPPROTO_TCP", 6), opt, 1)
+            self.nodelay_error = None
+        except OSError as e:
+            self.nodelay_error = "TCP_NODELAY not set: %s" % e
         sock = raw
         if self._ctx is not None:
             try:
                 sock = self._ctx.wrap_socket(raw, server_hostname=self.server_hostname)
             except (OSError, ValueError) as e:
                 raw.close()
-                code = e.errno if isinstance(e, OSError) else _MBEDTLS_CERT_VERIFY_FAILED
-                raise TLSError(classify_tls(e), "%s (%s, server_hostname=%r)"
-                               % (str(e).strip() or repr(e), where, self.server_hostname), code)
+                raise TLSError(e, "%s, server_hostname=%r" % (where, self.server_hostname),
+                               e.errno if isinstance(e, OSError) else _MBEDTLS_CERT_VERIFY_FAILED)
         sock.setblocking(False)
         self._poll = select.poll()
         self._poll.register(sock, _POLL_EVENTS)
         self._sock = sock
+        # ipoll() allocates its result tuple at its first event and reuses it after:
+        # take that one-time allocation now (a new socket is writable at once)
+        self._wait_writable()
 
     def send(self, buf, off, n):
         """Write buf[off:off+n] completely (one write call when the socket has
@@ -220,7 +208,18 @@ class Transport:
             raise TransportError("recv on a closed connection")
         try:
             if off:
-                r = sock.readinto(memoryview(buf)[off:off + n])  # rare: a packet split across reads
+                # rare: the rest of a packet split across reads. A memoryview slice would
+                # allocate, so the rest comes one byte at a time through a scratch byte.
+                one = self._one
+                r = got = 0
+                while got < n:
+                    r = sock.readinto(one, 1)
+                    if not r:
+                        break
+                    buf[off + got] = one[0]
+                    got += 1
+                if got:
+                    return got
             else:
                 r = sock.readinto(buf, n)
         except OSError as e:

