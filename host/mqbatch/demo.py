@@ -127,19 +127,25 @@ class Demo:
         finally:
             self.cleanup()
 
+    def spawn(self, cmd: list[str], **kw) -> subprocess.Popen:
+        """Start a helper process in its own process group, so that cleanup() can end
+        it with everything it started (spark-submit starts a JVM and Python workers)."""
+        proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+        self.procs.append(proc)
+        return proc
+
     def start_recorder(self, landing: pathlib.Path) -> subprocess.Popen:
         pw = self.o.run_dir / "recorder.pw"
         pw.write_text(self.stack.recorder_login[1])
         os.chmod(pw, 0o600)
         b = self.stack.broker
         log = open(self.o.run_dir / "recorder.log", "w")
-        proc = subprocess.Popen([str(venv_tool("mqbatch")), "ingest", "--host", b.host, "--port", str(b.port),
+        proc = self.spawn([str(venv_tool("mqbatch")), "ingest", "--host", b.host, "--port", str(b.port),
                                  "--landing", str(landing), "--cafile", str(self.stack.ca_cert),
                                  "--username", self.stack.recorder_login[0], "--password-file", str(pw),
                                  "--roll-seconds", "15", "--progress-seconds", "10"],
-                                stdout=log, stderr=subprocess.STDOUT)
+                          stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        self.procs.append(proc)
         deadline = time.monotonic() + 30
         while "subscribed" not in (self.o.run_dir / "recorder.log").read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -197,8 +203,7 @@ class Demo:
         env = dict(os.environ, SPARK_LOCAL_DIRS=str(local), TMPDIR=str(local))
         log_path = self.o.run_dir / "spark.log"
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-            self.procs.append(proc)
+            proc = self.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
             started = time.monotonic()
             while proc.poll() is None:
                 time.sleep(5)
@@ -306,16 +311,29 @@ class Demo:
         if self.fleet:
             self.fleet.stop()
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            _end_group(p)
         if self.relay:
             self.relay.stop()
         if self.stack:
             self.stack.broker.stop()
+
+
+def _end_group(p: subprocess.Popen) -> None:
+    """SIGTERM the process group of p, SIGKILL it if still there after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return              # the whole group is gone
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; its children (a JVM) may not be: give them the same signal
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            return
 
 
 def _ms(v) -> str:
