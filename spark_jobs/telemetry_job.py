@@ -116,7 +116,7 @@ def _batch_id(topic: str, props: list[tuple[str, str]], payload: bytes) -> str:
 def decode_landed_row(row: dict, opts: JobOptions) -> list[dict]:
     """The decoded rows of one landed row (DECODED_SCHEMA minus the landed columns)."""
     topic = row["topic"] or ""
-    props = [(p["key"], p["value"]) for p in (row["user_properties"] or [])]
+    props = [((p or {}).get("key") or "", (p or {}).get("value") or "") for p in (row["user_properties"] or [])]
     payload = row["payload"] or b""
     res = codec.decode(props, payload, opts.decode_options(), topic=topic)
     try:

@@ -278,6 +278,20 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batc
         [{k: q[k] for k in q_cols} for q in _read(spark, batch_out / "quarantine", *q_cols[:3])]
 
 
+def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):
+    """Landing files written by other tools may hold nulls where the recorder never does."""
+    hostile = [{"topic": None, "user_properties": None, "payload": None, "received_at_us": None},
+               {"topic": "mqbatch/d/telemetry", "user_properties": [None, {"key": None, "value": "1"}],
+                "payload": b"\x01x", "received_at_us": None},
+               {"topic": "mqbatch/d/telemetry", "user_properties": [{"key": "batch-format", "value": "v1"},
+                                                                    {"key": "batch-size", "value": "1"}],
+                "payload": codec.encode_payload([records.encode_binary("sample", 1, 1, T0_MS, [(1, 1)])]),
+                "received_at_us": None}]
+    got = [[(r.get("stage"), r.get("reason")) for r in job.decode_landed_row(row, job.JobOptions())] for row in hostile]
+    assert got == [[("batch", "MALFORMED_BATCH_MISSING_PROPERTY")], [("batch", "MALFORMED_BATCH_MISSING_PROPERTY")],
+                   [(None, None)]]
+
+
 def test_bad_landing_path_is_a_clear_error(job, spark, tmp_path):
     with pytest.raises(SystemExit, match="is not a directory"):
         job.run_batch(spark, str(tmp_path / "missing"), str(tmp_path / "out"), job.JobOptions())
