@@ -9,6 +9,8 @@ import time
 import ssl
 import threading
 
+import pytest
+
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -103,18 +105,23 @@ def fleet_config(**over):
     return cfg
 
 
-def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki, tmp_path):
+@pytest.mark.parametrize("record_format", ["binary", "json"])
+def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki, tmp_path, record_format):
     creds = {"dev-001": "pw-1", "dev-002": "pw-2"}
     broker = secured_broker(mosquitto, creds)
     sub = subscriber(broker, "mqbatch/#", username=READER[0], password=READER[1])
     with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
-               config=fleet_config()) as fleet:
+               config=fleet_config(record_format=record_format)) as fleet:
         fleet.start()
         codes = fleet.wait(90)
         assert codes == {"dev-001": 0, "dev-002": 0}, {d: fleet.console(d)[-2000:] for d in creds}
         sums = fleet.summaries()
         stored = fleet.stored()
-    got, dups, kinds = delivered(sub.settle(quiet=1.0))
+    msgs = sub.settle(quiet=1.0)
+    got, dups, kinds = delivered(msgs)
+    formats = {records.parse(x).format for m in msgs if m.topic.endswith("/telemetry")
+               for x in codec.decode(m.user_properties, m.payload).messages}
+    assert formats == {record_format}
     assert stored and got == stored            # every stored record arrived, nothing else
     assert dups == []                          # an undisturbed run sends each batch once
     for dev in creds:
