@@ -308,6 +308,8 @@ CASES = [
      {"code": 0x81, "text": "longer than 4 bytes"}, None),
     ("connack-session-present-on-clean-start", connack_then_close(b"\x20\x03\x01\x00\x00"), [["connect", C]],
      {"code": 0x82, "text": "Session Present with Clean Start"}, None),
+    ("session-present-without-local-state", connack_then_close(b"\x20\x03\x01\x00\x00"),
+     [["connect", {"clean_start": False, **C}]], {"code": 0x82, "text": "holds no session state"}, None),
     ("first-packet-not-connack", connack_then_close(b"\x40\x02\x00\x01"), [["connect", C]],
      {"code": 0x82, "text": "expected CONNACK"}, None),
     ("no-connack", silent, [["connect", C]], {"type": "TransportError", "text": "no CONNACK within 3000 ms"}, None),
