@@ -114,23 +114,32 @@ def make_config(user):
 class App:
     """The application state. run() is the main loop; step() one iteration (tests)."""
 
-    def __init__(self, cfg, flash=None):
+    def __init__(self, cfg, flash=None, buffers=None):
+        """cfg: from make_config(). buffers: two equal bytearrays for the batch and
+        send buffers (main.py allocates them before the imports), else allocated here."""
         self.cfg = cfg
         self.flash = flash or board.flash_dir()
         dev = cfg["device_id"]
         self.topic = cfg["topic"].format(device_id=dev).encode()
         self.qos = cfg["qos"]
-        board.init(cfg)
-        self.boot = BootCounter(self.flash + "/mqb_boot").next()
-        self.clock = TickClock()
-        self.clock.set_from_rtc(board.time_synced())
         fl = cfg["flush"]
         self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
         # two buffers: one fills with samples while the other sends a stored batch
-        self.enc = BatchEncoder(bytearray(headroom + fl["max_bytes"]), headroom, fl["max_count"], fl["max_bytes"])
-        self.out = BatchEncoder(bytearray(headroom + fl["max_bytes"]), headroom, fl["max_count"], fl["max_bytes"])
+        need = headroom + fl["max_bytes"]
+        if buffers is None:
+            buffers = (bytearray(need), bytearray(need))
+        for b in buffers:
+            if len(b) < need:
+                raise ConfigError("batch buffer of %d bytes < %d needed (flush.max_bytes %d + %d header room)"
+                                  % (len(b), need, fl["max_bytes"], headroom))
+        self.enc = BatchEncoder(buffers[0], headroom, fl["max_count"], fl["max_bytes"])
+        self.out = BatchEncoder(buffers[1], headroom, fl["max_count"], fl["max_bytes"])
         self.out_view = memoryview(self.out.buf)[headroom:]
+        board.init(cfg)
+        self.boot = BootCounter(self.flash + "/mqb_boot").next()
+        self.clock = TickClock()
+        self.clock.set_from_rtc(board.time_synced())
         ob = cfg["outbox"]
         self.outbox = Outbox(self.flash + "/outbox", ob["segment_bytes"], ob["segments"], ob["max_entries"],
                              ob["policy"])
@@ -552,6 +561,7 @@ def log(msg):
     print("mqb:", msg)
 
 
-def main(config="config.json"):
-    app = App(load_config(config))
+def main(cfg=None, buffers=None):
+    """Run the application: cfg is the parsed config.json (read here if None)."""
+    app = App(make_config(cfg) if cfg is not None else load_config(), buffers=buffers)
     app.run()

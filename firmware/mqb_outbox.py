@@ -110,8 +110,9 @@ class Outbox:
         cap = max_segments * max_entries
         self._cap = cap
         # RAM index, a ring by entry id (id % cap): ids of live entries are consecutive
-        self._off = array("i", [0] * cap)     # file offset of the entry header
-        self._cnt = array("H", [0] * cap)     # records in the entry
+        # zero-filled from bytes: a [0] * cap list would take 8 B per slot on 64-bit ports
+        self._off = array("i", bytes(4 * cap))    # file offset of the entry header
+        self._cnt = array("H", bytes(2 * cap))    # records in the entry
         self._state = bytearray(cap)          # _FREE / _PENDING / _DONE
         # segments, a ring of max_segments, oldest at _tail
         k = max_segments

@@ -11,20 +11,27 @@ identity, credentials and flash directory.
     fleet.stored()                   # every (device, boot, seq) a device reported stored in its outbox
 
 Each device's flash directory is <run_dir>/<device>/ (config.json, ca.pem,
-outbox/, boot counter); what it prints goes to console.log there.
+boot.py, outbox/, boot counter); what it prints goes to console.log there.
+The compiled firmware is one ROMFS image, mapped outside each interpreter's heap
+(mqbatch.romfs_run, boards/unix/boot.py) as ROMFS or frozen code sits in a
+board's flash: `heapsize` (e.g. "128K") then limits the application's own RAM.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from mqbatch.deploy import compile_firmware
-from mqbatch.paths import micropython_exe
+from mqbatch.paths import BOARDS, micropython_exe
+from mqbatch.romfs_run import build_image
 
 
 class DeviceError(RuntimeError):
@@ -38,13 +45,16 @@ def device_ids(count: int, prefix: str = "dev") -> list[str]:
 class Fleet:
     def __init__(self, run_dir: os.PathLike | str, host: str, port: int, *, credentials: dict[str, str],
                  ca: os.PathLike | str | None = None, tls: bool = True, server_hostname: str = "localhost",
-                 heapsize: str | None = "64K", config: dict | None = None):
+                 heapsize: str | None = None, config: dict | None = None):
         self.run_dir = pathlib.Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.credentials = dict(credentials)
         self.heapsize = heapsize
         self.firmware = self.run_dir / "firmware"
         compile_firmware("unix", self.firmware)
+        self.image = self.run_dir / "firmware.romfs"
+        with contextlib.redirect_stdout(io.StringIO()):      # make_romfs prints the tree
+            build_image(self.firmware, self.image)
         self.procs: dict[str, subprocess.Popen] = {}
         for dev, password in self.credentials.items():
             d = self.dir(dev)
@@ -60,6 +70,7 @@ class Fleet:
             merged.setdefault("broker", {}).update(cfg.pop("broker"))
             merged.update(cfg)
             (d / "config.json").write_text(json.dumps(merged, indent=1))
+            shutil.copyfile(BOARDS / "unix" / "boot.py", d / "boot.py")
 
     def dir(self, dev: str) -> pathlib.Path:
         return self.run_dir / dev
@@ -73,9 +84,10 @@ class Fleet:
         old = self.procs.get(dev)
         if old is not None and old.poll() is None:
             raise DeviceError(f"{dev} is still running (pid {old.pid})")
-        cmd = [str(micropython_exe())] + (["-X", f"heapsize={self.heapsize}"] if self.heapsize else []) + [
-            "-c", "import mqb_app; mqb_app.main()"]
-        env = dict(os.environ, MICROPYPATH=f".frozen:{self.firmware}")
+        cmd = [sys.executable, "-m", "mqbatch.romfs_run", str(self.image)] + (
+            ["-X", f"heapsize={self.heapsize}"] if self.heapsize else []) + [
+            "-c", "import boot; import main"]
+        env = dict(os.environ, MICROPYPATH=".frozen")
         log = open(self.dir(dev) / "console.log", "ab")
         try:
             self.procs[dev] = subprocess.Popen(cmd, cwd=self.dir(dev), env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -82,5 +82,5 @@ def register(sub) -> None:
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
     p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")
-    p.add_argument("--heapsize", default="64K", help="MicroPython heap per device (micropython -X heapsize)")
+    p.add_argument("--heapsize", default=None, help="MicroPython heap per device, e.g. 128K (default: the port's)")
     p.set_defaults(func=run)
