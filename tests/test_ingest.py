@@ -78,8 +78,8 @@ class RecorderProcess:
 def recorders(broker, pki, tmp_path):
     made = []
 
-    def factory(client_id="rec-1", *extra, landing_dir=None):
-        r = RecorderProcess(broker, pki, landing_dir or tmp_path / "landing", client_id, *extra)
+    def factory(client_id="rec-1", *extra, landing_dir=None, on=None):
+        r = RecorderProcess(on or broker, pki, landing_dir or tmp_path / "landing", client_id, *extra)
         made.append(r)
         return r
 
@@ -442,3 +442,50 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
         "dev-2": {"boots": 1, "received": 5, "unique": 5, "duplicates": 0, "missing": 0, "pending_gaps": 0,
                   "out_of_order": 0, "dropped_on_device": 0, "quarantined": 4},
     }
+
+
+@pytest.mark.spark
+def test_device_fleet_through_recorder_and_spark_job(mosquitto, pki, recorders, tmp_path, spark):
+    """The whole path with the real device application: virtual devices (firmware/mqb_app.py in
+    the MicroPython Unix port) -> Mosquitto (TLS, passwords, per-device ACL) -> `mqbatch ingest`
+    -> landing zone -> the Spark job. Every record the devices stored is a row of records/."""
+    import telemetry_job as tj
+    from mqbatch.devices import Fleet
+    creds = {"dev-001": "pw-1", "dev-002": "pw-2"}
+    broker = mosquitto(tls=True, allow_anonymous=False, users={**creds, "recorder": USERS["recorder"]},
+                       acl="user recorder\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n",
+                       persistence=True, extra=["max_queued_messages 0"])
+    rec = recorders("rec-1", on=broker).start()
+    cfg = {"sample_hz": 20, "run_for_s": 3, "drain_timeout_s": 30, "health_every_s": 1,
+           "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 500},
+           "backoff": {"initial_ms": 200, "max_ms": 2000}}
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
+               config=cfg) as fleet:
+        fleet.start()
+        codes = fleet.wait(90)
+        assert codes == {"dev-001": 0, "dev-002": 0}, {d: fleet.console(d)[-2000:] for d in creds}
+        stored, sums = fleet.stored(), fleet.summaries()
+    # the devices got every PUBACK; wait until the recorder acknowledged all the broker sent it
+    deadline, last = time.monotonic() + 30, None
+    while True:
+        logs = broker.logs()
+        now = (logs.count("Sending PUBLISH to rec-1 "), logs.count("Received PUBACK from rec-1 "))
+        if now[0] and now[0] == now[1] and now == last:
+            break
+        assert time.monotonic() < deadline, f"recorder did not catch up: {now}"
+        last = now
+        time.sleep(0.5)
+    assert rec.stop() == 0
+    report = tj.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), tj.JobOptions(reorder_window=0))
+    recs = spark.read.parquet(str(tmp_path / "out" / "records")).select("device", "boot", "seq").collect()
+    assert {(r.device, r.boot, r.seq) for r in recs} == stored and len(recs) == len(stored)
+    assert report["quarantine"]["rows"] == 0 and report["batches"] == {"ok": now[0]}
+    for dev in creds:
+        d = report["devices"][dev]
+        n = sum(1 for k in stored if k[0] == dev)
+        assert (d["received"], d["unique"], d["duplicates"], d["missing"], d["pending_gaps"]) == (n, n, 0, 0, 0)
+        assert d["dropped_on_device"] == sums[dev]["dropped_total"] == 0
+        assert d["latency_ms"]["n"] == n and 0 <= d["latency_ms"]["p50"] <= d["latency_ms"]["p99"] < 10_000
+    print(f"device fleet -> recorder -> Spark: {len(stored)} records in {now[0]} batches, "
+          f"latency p50/p99 ms: " + ", ".join(f"{dev} {report['devices'][dev]['latency_ms']['p50']:.0f}/"
+                                               f"{report['devices'][dev]['latency_ms']['p99']:.0f}" for dev in creds))

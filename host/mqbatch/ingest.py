@@ -188,7 +188,7 @@ class Recorder:
             done.set()
 
     def _land_until_sentinel(self) -> None:
-        last_report, last_count = time.monotonic(), 0
+        last_report, last_count, quiet_for = time.monotonic(), 0, 0
         finished = False
         while not finished:
             items = []
@@ -213,9 +213,11 @@ class Recorder:
                     self._say(f"rolled {path.name}")
             now = time.monotonic()
             if now - last_report >= self.cfg.progress_seconds:
-                rate = (self.landed - last_count) / (now - last_report)
-                self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
-                          f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
+                quiet_for = quiet_for + 1 if self.landed == last_count else 0
+                if quiet_for == 0 or quiet_for % 12 == 1:      # while idle, one line in 12 (a minute by default)
+                    rate = (self.landed - last_count) / (now - last_report)
+                    self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
+                              f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
                 last_report, last_count = now, self.landed
 
     # -- lifecycle ---------------------------------------------------------------
