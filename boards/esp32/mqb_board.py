@@ -3,17 +3,16 @@
 # resistor divider on an ADC pin (mV), Wi-Fi RSSI (dBm). Integers only.
 import esp32
 import machine
-import network
+import mqb_wifi
+# the Wi-Fi boards share their network and clock functions
+from mqb_wifi import connect as network_connect, sync_time, time_synced, up as network_up  # noqa: F401
 import os
-import time
 
 NAME = "esp32"
 CHANNELS = (1, 3, 4)   # temperature, supply_voltage, rssi
 
-_wlan = network.WLAN(network.STA_IF)
 _adc = [None]
 _div = [2000]          # divider ratio x1000 (2000 = 1:2), from config
-_synced = [False]
 
 
 def init(cfg):
@@ -23,7 +22,7 @@ def init(cfg):
     adc.atten(machine.ADC.ATTN_11DB)
     _adc[0] = adc
     _div[0] = hw.get("vbat_divider_x1000", 2000)
-    _wlan.active(True)
+    mqb_wifi.wlan.active(True)
 
 
 def _temperature_centi():
@@ -37,41 +36,7 @@ def sample(values):
     values[0] = _temperature_centi()
     # read_uv() is calibrated (eFuse) microvolts; scale by the divider, report mV
     values[1] = _adc[0].read_uv() // 1000 * _div[0] // 1000
-    values[2] = _wlan.status("rssi") if _wlan.isconnected() else -127
-
-
-def network_connect(cfg):
-    w = cfg["wifi"]
-    if _wlan.isconnected():
-        return True
-    _wlan.active(True)
-    _wlan.connect(w["ssid"], w["password"])
-    deadline = time.ticks_add(time.ticks_ms(), w.get("timeout_ms", 10000))
-    while not _wlan.isconnected():
-        if time.ticks_diff(deadline, time.ticks_ms()) <= 0:
-            _wlan.disconnect()
-            return False
-        time.sleep_ms(100)
-    return True
-
-
-def network_up():
-    return _wlan.isconnected()
-
-
-def sync_time():
-    import ntptime
-    try:
-        ntptime.settime()
-    except OSError as e:
-        print("mqb_board: NTP sync failed:", e)
-        return _synced[0]
-    _synced[0] = True
-    return True
-
-
-def time_synced():
-    return _synced[0]
+    values[2] = mqb_wifi.rssi()
 
 
 def flash_dir():

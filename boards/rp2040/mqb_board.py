@@ -3,19 +3,18 @@
 # (GPIO29, VSYS/3, mV), Wi-Fi RSSI (dBm). Integer arithmetic only, every
 # intermediate value below 2**30 so nothing is allocated on this 32-bit port.
 import machine
-import network
-import time
+import mqb_wifi
+# the Wi-Fi boards share their network and clock functions
+from mqb_wifi import connect as network_connect, sync_time, time_synced, up as network_up  # noqa: F401
 
 NAME = "rp2040"
 CHANNELS = (1, 3, 4)   # temperature, supply_voltage, rssi
 
-_wlan = network.WLAN(network.STA_IF)
 _temp_adc = machine.ADC(4)
-_synced = [False]
 
 
 def init(cfg):
-    _wlan.active(True)
+    mqb_wifi.wlan.active(True)
 
 
 def _temperature_centi():
@@ -38,41 +37,7 @@ def _vsys_mv():
 def sample(values):
     values[0] = _temperature_centi()
     values[1] = _vsys_mv()
-    values[2] = _wlan.status("rssi") if _wlan.isconnected() else -127
-
-
-def network_connect(cfg):
-    w = cfg["wifi"]
-    if _wlan.isconnected():
-        return True
-    _wlan.active(True)
-    _wlan.connect(w["ssid"], w["password"])
-    deadline = time.ticks_add(time.ticks_ms(), w.get("timeout_ms", 10000))
-    while not _wlan.isconnected():
-        if time.ticks_diff(deadline, time.ticks_ms()) <= 0:
-            _wlan.disconnect()
-            return False
-        time.sleep_ms(100)
-    return True
-
-
-def network_up():
-    return _wlan.isconnected()
-
-
-def sync_time():
-    import ntptime
-    try:
-        ntptime.settime()
-    except OSError as e:
-        print("mqb_board: NTP sync failed:", e)
-        return _synced[0]
-    _synced[0] = True
-    return True
-
-
-def time_synced():
-    return _synced[0]
+    values[2] = mqb_wifi.rssi()
 
 
 def flash_dir():

