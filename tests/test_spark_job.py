@@ -292,6 +292,19 @@ def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):
                    [(None, None)]]
 
 
+def test_landing_files_with_only_the_contract_columns(job, spark, tmp_path):
+    """The nine contract columns are enough (another writer may omit the recorder's extras)."""
+    from mqbatch import landing
+    rows = [landed(A, [sample(1, s)[0] for s in range(3)], T(1, 2) + 500),
+            landed(A, [sample(1, 2)[0], sample(1, 3)[0]], T(1, 3) + 500)]
+    table = landing.to_table(rows, "x", 0).select(landing.SCHEMA.names[:9])
+    (tmp_path / "landing").mkdir()
+    landing.write_parquet_atomic(table, tmp_path / "landing", "foreign.parquet")
+    report = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), job.JobOptions(reorder_window=0))
+    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1}
+    assert report["devices"]["dev-a"]["out_of_order"] == 0 and report["devices"]["dev-a"]["missing"] == 0
+
+
 def test_bad_landing_path_is_a_clear_error(job, spark, tmp_path):
     with pytest.raises(SystemExit, match="is not a directory"):
         job.run_batch(spark, str(tmp_path / "missing"), str(tmp_path / "out"), job.JobOptions())
