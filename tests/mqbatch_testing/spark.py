@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from mqbatch import codec, landing as landing_zone, records
 from mqbatch.paths import ROOT
 
 SPARK_JOBS = ROOT / "spark_jobs"
@@ -50,34 +51,30 @@ def spark(tmp_path_factory):
 
 # -- building landing zones for the job's tests -----------------------------------
 
-T0_MS = 1_795_000_000_000     # 2026-11-18T10:26:40Z, device clock of the synthetic scenarios
+T0_MS = 1_795_000_000_000     # 2026-11-18T11:06:40Z, device clock of the synthetic scenarios
 
 
-def sample(boot: int, seq: int, latency_ms: int = 0, synced: bool = True, fmt: str = "binary",
+def sample(boot: int, seq: int, synced: bool = True, fmt: str = "binary",
            temperature: int = 2150) -> tuple[bytes, int]:
-    """(sub-payload, device time ms) of one sample record at T0 + seq s."""
-    from mqbatch import records
+    """(sub-payload, device time ms) of one sample record at T0 + 100 s * boot + 1 s * seq."""
     t = T0_MS + boot * 100_000 + seq * 1000
     enc = records.encode_json if fmt == "json" else records.encode_binary
     return enc("sample", boot, seq, t, [(1, temperature), (3, 3300)], synced=synced), t
 
 
 def health(boot: int, seq: int, dropped_total: int) -> tuple[bytes, int]:
-    from mqbatch import records
     t = T0_MS + boot * 100_000 + seq * 1000
     return records.encode_binary("health", boot, seq, t, [(0x80, 40_000), (0x82, dropped_total)]), t
 
 
 def landed(topic: str, subs: list[bytes], received_ms: int, props=None, payload: bytes | None = None):
     """One landed PUBLISH carrying `subs` as a v1 batch (or the given props/payload verbatim)."""
-    from mqbatch import codec, landing
     if props is None:
         props, payload = codec.encode_batch(subs)
-    return landing.Landed(topic, payload, list(props), received_at_us=received_ms * 1000)
+    return landing_zone.Landed(topic, payload, list(props), received_at_us=received_ms * 1000)
 
 
 def write_landing(directory, recorder: str, segment: int, rows) -> None:
-    from mqbatch import landing
     pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
-    landing.write_parquet_atomic(landing.to_table(rows, recorder, segment), directory,
-                                 landing.parquet_name(recorder, segment))
+    landing_zone.write_parquet_atomic(landing_zone.to_table(rows, recorder, segment), pathlib.Path(directory),
+                                      landing_zone.parquet_name(recorder, segment))
