@@ -2,6 +2,7 @@
 Parquet files, recovery of a torn WAL after a crash, one writer per recorder id."""
 from __future__ import annotations
 
+import pathlib
 import time
 
 import pyarrow.parquet as pq
@@ -16,6 +17,15 @@ def msg(i: int, size: int = 10) -> L.Landed:
                     content_type="application/x" if i % 2 else None, payload_format_indicator=i % 2,
                     message_expiry_interval=None if i % 2 else 3600, qos=1, retain=bool(i % 5 == 0),
                     received_at_us=1_795_000_000_000_000 + i, dup=i % 7 == 0)
+
+
+def committed(directory, n: int) -> tuple[L.LandingWriter, pathlib.Path]:
+    """A writer of recorder r1 with n messages appended and fsync'd, and its WAL path."""
+    w = L.LandingWriter(directory, "r1")
+    for i in range(n):
+        w.append(msg(i))
+    w.commit()
+    return w, directory / "_wal" / "r1-00000000.wal"
 
 
 def rows_of(directory):
@@ -57,11 +67,7 @@ def test_rolls_by_age(tmp_path):
 
 
 def test_crash_recovery_keeps_committed_frames_and_drops_a_torn_tail(tmp_path):
-    w = L.LandingWriter(tmp_path, "r1")
-    for i in range(5):
-        w.append(msg(i))
-    w.commit()
-    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    w, wal = committed(tmp_path, 5)
     with open(wal, "ab") as f:                    # a frame cut short by the crash
         f.write(L.FRAME.pack(1000, 0) + b"partial")
     w._lock.close()                               # the process died: its flock is gone
@@ -75,11 +81,7 @@ def test_crash_recovery_keeps_committed_frames_and_drops_a_torn_tail(tmp_path):
 
 
 def test_repeated_conversion_after_a_crash_rewrites_the_same_file(tmp_path):
-    w = L.LandingWriter(tmp_path, "r1")
-    for i in range(3):
-        w.append(msg(i))
-    w.commit()
-    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    w, wal = committed(tmp_path, 3)
     saved = wal.read_bytes()
     w.close()
     first = (tmp_path / "landing-r1-00000000.parquet").read_bytes()
@@ -92,11 +94,7 @@ def test_repeated_conversion_after_a_crash_rewrites_the_same_file(tmp_path):
 
 
 def test_corrupt_frame_ends_the_readable_wal(tmp_path):
-    w = L.LandingWriter(tmp_path, "r1")
-    for i in range(3):
-        w.append(msg(i))
-    w.commit()
-    wal = tmp_path / "_wal" / "r1-00000000.wal"
+    w, wal = committed(tmp_path, 3)
     data = bytearray(wal.read_bytes())
     data[-1] ^= 0xFF                              # flip a byte of the last frame: CRC mismatch
     rows, end = L.read_wal_bytes(bytes(data))
