@@ -253,7 +253,12 @@ class Recorder:
             self.client.disconnect()
             self.client.loop_stop()
             left = self._queue.qsize()
-            path = self.writer.close()
+            try:
+                path = self.writer.close()
+            except OSError as e:     # the WAL stays; the next start converts it
+                path = None
+                self._fail(f"could not roll the open segment into Parquet ({e}); its WAL is kept "
+                           f"in {self.writer.wal_dir} and converted at the next start")
             self._say(f"stopped: {self.landed} PUBLISHes landed, {self.acked} acked, "
                       f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}"
                       f"{f', {left} unacknowledged left to the broker' if left else ''}")
