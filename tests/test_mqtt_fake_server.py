@@ -398,3 +398,41 @@ def test_broker_limits_from_connack_are_honoured(tmp_path):
     assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
     assert of(ev, "connack")[1]["client_id"] == "auto-42"
     assert server.conns[0].types() == [1, 3, 12, 3]
+
+
+def test_qos2_session_resume_resends_pubrel_and_dup_publish(tmp_path):
+    """QoS 2 state across a lost link: the message past PUBREC gets its PUBREL again,
+    the one without PUBREC is published again with DUP=1 and the same packet id."""
+    def first(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        p1, p2 = pid_of(c.expect(3)), pid_of(c.expect(3))
+        assert (p1, p2) == (b"\x00\x01", b"\x00\x02")
+        c.send(packet(0x50, p1))          # PUBREC for 1 only
+        assert c.expect(6) == p1          # PUBREL 1
+        c.sock.shutdown(socket.SHUT_WR)   # the link drops before PUBCOMP 1 and PUBREC 2
+
+    def resumed(c: Conn):
+        connect = c.expect(1)
+        assert connect[7] & 0x02 == 0, "reconnect must not use Clean Start"
+        c.send(b"\x20\x03\x01\x00\x00")   # Session Present
+        assert c.expect(6) == b"\x00\x01"  # PUBREL 1 again
+        first_byte, body = c.read()
+        assert first_byte == 0x3C and pid_of(body) == b"\x00\x02", hex(first_byte)  # PUBLISH QoS 2, DUP
+        c.send(packet(0x70, b"\x00\x01"))
+        c.send(packet(0x50, b"\x00\x02"))
+        assert c.expect(6) == b"\x00\x02"
+        c.send(packet(0x70, b"\x00\x02"))
+
+    server = FakeServer([first, resumed])
+    steps = [["connect", {}], ["publish", {"topic": TOPIC, "qos": 2, "batches": 2, "service": False}],
+             ["service_for", {"ms": 3000, **C}], ["connect", {}],
+             ["resend", {"topic": TOPIC, "qos": 2, "pid_to_batch": {"2": 1}}], ["flush", {"timeout_ms": 3000}],
+             ["disconnect", {}]]
+    ev = drive(server, steps, tmp_path, client={"session_expiry": 300})
+    (err,) = of(ev, "error")
+    assert err["type"] == "TransportError" and err["step"] == "service_for"
+    assert [c["session_present"] for c in of(ev, "connack")] == [False, True]
+    assert of(ev, "connack")[1]["pending_resend"] == [2]
+    assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
+    assert of(ev, "flushed")[0]["inflight"] == 0
