@@ -13,52 +13,30 @@ Mosquitto on 127.0.0.1 and prints the median [min..max] of:
 Then it runs tests/mpy/mqtt_heap.py in `micropython -X heapsize=64K` with mutual TLS
 (modules built with mpy-cross -O3) and prints its heap figures.
 
-umqtt.simple is a baseline only: it is fetched from PyPI (micropython-umqtt.simple,
-via the PyPI JSON API, sha256 checked) into a temporary directory at bench time and
-never copied into this repository. If it cannot be fetched the bench says so and
+umqtt.simple is a baseline only: mqbatch.baseline.fetch_umqtt() takes it from the
+package index pip is configured with (micropython-umqtt.simple, sha256 checked) into
+a temporary directory at bench time; it is never copied into this repository. If it cannot be fetched the bench says so and
 reports this client alone. Only measured numbers are printed.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import json
 import pathlib
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
-import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "host"), str(ROOT / "tests")]
 
+from mqbatch.baseline import BaselineUnavailable, fetch_umqtt  # noqa: E402
 from mqbatch.broker import Mosquitto  # noqa: E402
 from mqbatch.paths import micropython_env, micropython_exe, venv_tool  # noqa: E402
 from mqbatch.pki import make_pki  # noqa: E402
 
-UMQTT = "micropython-umqtt.simple"
 MPY_TESTS = ROOT / "tests" / "mpy"
-
-
-def fetch_umqtt(dest: pathlib.Path) -> str:
-    """Put umqtt/simple.py (+ a `ussl` name for MicroPython's ssl, which this old
-    release imports) under dest. Returns the version fetched; raises OSError/ValueError."""
-    with urllib.request.urlopen(f"https://pypi.org/pypi/{UMQTT}/json", timeout=30) as r:
-        meta = json.load(r)
-    sdist = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
-    with urllib.request.urlopen(sdist["url"], timeout=30) as r:
-        data = r.read()
-    if hashlib.sha256(data).hexdigest() != sdist["digests"]["sha256"]:
-        raise ValueError(f"{sdist['filename']}: sha256 does not match PyPI's")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("umqtt/simple.py"))
-        (dest / "umqtt").mkdir(parents=True, exist_ok=True)
-        (dest / "umqtt" / "simple.py").write_bytes(tar.extractfile(member).read())
-    (dest / "ussl.py").write_text("from ssl import *  # old umqtt.simple imports ussl\n")
-    return meta["info"]["version"]
 
 
 def run(kind: str, broker: Mosquitto, ca: str, qos: int, n: int, extra: list[str]) -> dict:
@@ -111,8 +89,8 @@ def main() -> int:
             umqtt_version = fetch_umqtt(tmp / "umqtt-lib")
             extra = [str(tmp / "umqtt-lib")]
             clients = ["mqb", "umqtt"]
-        except (OSError, ValueError, StopIteration) as e:
-            print(f"umqtt.simple could not be fetched from PyPI ({e}); benchmarking mqb_client alone")
+        except BaselineUnavailable as e:
+            print(f"umqtt.simple not available ({e}); benchmarking mqb_client alone")
             umqtt_version = None
             clients = ["mqb"]
         plain = Mosquitto(tmp / "plain").start()
@@ -136,7 +114,7 @@ def main() -> int:
     print(f"MicroPython Unix port: {mp}; Mosquitto 2.0.11 on 127.0.0.1; {args.runs} runs x {args.n} PUBLISHes; "
           f"payload 2,500 bytes (100 x 24-byte records)")
     if umqtt_version:
-        print(f"baseline: umqtt.simple {umqtt_version} from PyPI ({UMQTT}), MQTT 3.1.1, no User Properties")
+        print(f"baseline: umqtt.simple {umqtt_version} from the package index, MQTT 3.1.1, no User Properties")
     print()
     print("| client | transport | QoS | heap bytes / PUBLISH (gc off) | PUBLISHes / s |")
     print("|---|---|---|---|---|")

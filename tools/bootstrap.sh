@@ -11,6 +11,7 @@ PY=${PYTHON:-python3}
 APT_PKGS=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=(mosquitto)
 command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
+command -v strace >/dev/null 2>&1 || APT_PKGS+=(strace)     # tests count socket writes per PUBLISH
 java_ok() {
     command -v java >/dev/null 2>&1 || return 1
     local v

@@ -213,7 +213,8 @@ class Demo:
             raise DemoError(f"Spark job failed ({proc.returncode}); see {log_path}:\n" + log_path.read_text()[-2000:])
 
     def measure_baseline(self) -> dict | None:
-        """Wire bytes per record of umqtt.simple (one record per PUBLISH), measured here."""
+        """Wire bytes per record of umqtt.simple (one record per PUBLISH), measured here;
+        None (and said why) when umqtt.simple cannot be fetched."""
         from mqbatch import baseline
         try:
             return baseline.measure(self.o.run_dir / "baseline", self.stack, count=200)
@@ -252,8 +253,9 @@ class Demo:
         self.say(f"    bytes on the wire (TLS, device->broker, incl. handshakes and reconnects): "
                  f"{wire_per_record:.1f} per record; MQTT packets alone: {mqtt_per_record:.1f} per record")
         if baseline:
-            self.say(f"    baseline, one record per PUBLISH as umqtt.simple sends them (MQTT 3.1.1, QoS 1, TLS; "
-                     f"sent by paho-mqtt): {baseline['wire_bytes_per_record']:.1f} bytes per record on the wire")
+            self.say(f"    baseline {baseline['client']}, one record per PUBLISH (MQTT 3.1.1, QoS 1, TLS): "
+                     f"{baseline['wire_bytes_per_record']:.1f} bytes per record on the wire "
+                     f"(+{baseline['connection_bytes']} bytes per connection)")
         html_path = self.o.run_dir / "report.html"
         html_path.write_text(self.html(rep, recs, rows, headers, wire_per_record, mqtt_per_record, baseline, lost))
         self.say(f"    HTML report: {html_path}")
@@ -288,7 +290,7 @@ class Demo:
         lat = [v for v in recs["latency_ms"].to_pylist() if v is not None]
         bars = [("mqbatch (batched, TLS)", round(wire, 1))]
         if baseline:
-            bars.append(("1 record per PUBLISH (umqtt.simple pattern)", round(baseline["wire_bytes_per_record"], 1)))
+            bars.append((f"{baseline['client']} (1 per PUBLISH, TLS)", round(baseline["wire_bytes_per_record"], 1)))
         q = sorted(rep.get("quarantine", {}).get("by_reason", {}).items())
         status = (f'<p class="bad">{len(lost)} records lost</p>' if lost else
                   '<p class="ok">No record lost: every record a device stored reached the curated table.</p>')
