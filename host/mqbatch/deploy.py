@@ -134,8 +134,9 @@ import os
 for n in %s:
     try:
         os.remove(n)
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno != 2:    # ENOENT: no stale copy, nothing to remove
+            raise
 """
 
 
