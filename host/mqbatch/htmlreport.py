@@ -102,7 +102,7 @@ def histogram(title: str, values: list[float], bins: int, xlabel: str) -> str:
 def table(headers: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def page(title: str, sections: list[tuple[str, str]]) -> str:
@@ -110,7 +110,7 @@ def page(title: str, sections: list[tuple[str, str]]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>"
             "body{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}"
-            "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;"
+            ".scroll{overflow-x:auto}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;"
             "text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
             ".bad{color:#b00;font-weight:bold}.ok{color:#070;font-weight:bold}</style></head><body>"
             f"<h1>{html.escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n")
