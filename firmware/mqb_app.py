@@ -23,46 +23,73 @@ from micropython import const
 
 import mqb_board as board
 import mqb_packet as P
+import mqb_record as R
 from mqb_boot import BootCounter
 from mqb_client import BUSY, SESSION_LOST, Client, MQTTError
 from mqb_codec import FULL, BatchEncoder
 from mqb_outbox import CORRUPT, TOO_SMALL, UNKNOWN, Outbox
 from mqb_outbox import FULL as OUTBOX_FULL
-from mqb_record import (CH_DROPPED_TOTAL, CH_FREE_HEAP, CH_LAST_ERROR, CH_OUTBOX_BYTES, CH_OUTBOX_DEPTH,
-                        CH_RECONNECTS, CH_SAMPLED_TOTAL, HEADER_SIZE, READING_SIZE, RecordWriter, TickClock)
 from mqb_transport import TransportError
 
-DEFAULTS = {
-    "topic": "mqbatch/{device_id}/telemetry",
-    "status_topic": "mqbatch/{device_id}/status",
-    "qos": 1,
-    "sample_hz": 10,
-    "record_format": "binary",
-    "flush": {"max_count": 100, "max_bytes": 4096, "max_age_ms": 5000},
-    "outbox": {"segment_bytes": 16384, "segments": 8, "max_entries": 32, "policy": "drop_oldest"},
-    "health_every_s": 10,
-    "backoff": {"initial_ms": 500, "max_ms": 30000},
-    "run_for_s": None,          # None: run forever
-    "drain_timeout_s": 60,      # after run_for_s: how long to keep sending the outbox
-    # PUBACK 0x10 "No matching subscribers" is a success code in MQTT, but it means the
-    # broker delivered the batch to nobody (e.g. the recorder's shared subscription is
-    # not back yet after a broker restart): keep the batch and send it again later.
-    "require_subscribers": True,
-}
-BROKER_DEFAULTS = {"port": None, "tls": True, "ca": None, "server_hostname": None, "client_cert": None,
+# RAM: every public global of a module costs heap on a board even when its code
+# runs from flash (a dict entry, its name); constants are private const() values
+# below (folded into the bytecode), the defaults are built only when a config is
+# made, and an App keeps the config values it uses, not the config dict.
+def defaults():
+    """The configuration defaults (a fresh dict; the device's config.json overrides them)."""
+    return {
+        "topic": "mqbatch/{device_id}/telemetry",
+        "status_topic": "mqbatch/{device_id}/status",
+        "qos": 1,
+        "sample_hz": 10,
+        "record_format": "binary",
+        # flush.max_bytes: each of the two batch buffers is max_bytes + ~90 bytes of RAM
+        "flush": {"max_count": 100, "max_bytes": 4096, "max_age_ms": 5000},
+        # outbox RAM index: segments x max_entries x 7 bytes (docs/outbox.md)
+        "outbox": {"segment_bytes": 16384, "segments": 8, "max_entries": 32, "policy": "drop_oldest"},
+        "health_every_s": 10,
+        "backoff": {"initial_ms": 500, "max_ms": 30000},
+        "run_for_s": None,          # None: run forever
+        "drain_timeout_s": 60,      # after run_for_s: how long to keep sending the outbox
+        # PUBACK 0x10 "No matching subscribers" is a success code in MQTT, but it means the
+        # broker delivered the batch to nobody (e.g. the recorder's shared subscription is
+        # not back yet after a broker restart): keep the batch and send it again later.
+        "require_subscribers": True,
+        "broker": {"port": None, "tls": True, "ca": None, "server_hostname": None, "client_cert": None,
                    "client_key": None, "username": None, "password": None, "keepalive_s": 30,
-                   "session_expiry_s": 3600, "receive_max": 4, "connect_timeout_ms": 3000}
+                   "session_expiry_s": 3600, "receive_max": 4, "connect_timeout_ms": 3000},
+    }
+
 
 # Broker refusals worth retrying later (the batch stays in the outbox); any other
 # code >= 0x80 on a PUBACK is final: the batch is discarded and its records counted
 # as dropped on the device (health record dropped_total), never silently.
-TRANSIENT = (0x80, 0x83, 0x89, 0x97)   # Unspecified, Implementation specific, Server busy, Quota exceeded
+_TRANSIENT = const(b"\x80\x83\x89\x97")   # Unspecified, Implementation specific, Server busy, Quota exceeded
 _NO_MATCHING_SUBSCRIBERS = const(0x10)
 _USE_ANOTHER_SERVER = const(0x9C)
 _SERVER_MOVED = const(0x9D)
 
-HEALTH_CHANNELS = bytes((CH_FREE_HEAP, CH_OUTBOX_DEPTH, CH_DROPPED_TOTAL, CH_RECONNECTS, CH_LAST_ERROR,
-                         CH_SAMPLED_TOTAL, CH_OUTBOX_BYTES))
+# The health record's channels, in the order _health() fills them (mqb_record.CH_*,
+# docs/records.md): free_heap 0x80, outbox_depth 0x81, dropped_total 0x82,
+# reconnects 0x83, last_error 0x84, sampled_total 0x85, outbox_bytes 0x86
+_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86")
+
+# Indexes of App.count
+_SAMPLED = const(0)
+_STORED_RECORDS = const(1)
+_STORED_BATCHES = const(2)
+_ACKED_BATCHES = const(3)
+_ACKED_RECORDS = const(4)
+_REFUSED_BATCHES = const(5)
+_UNHEARD = const(6)            # PUBACK 0x10: nobody subscribed; kept and resent
+_RECONNECTS = const(7)
+_CONNECTS = const(8)
+_LAST_ERROR = const(9)
+_MISSED_SAMPLES = const(10)
+_PUBLISHES = const(11)
+_PEAK_HEAP = const(12)         # highest gc.mem_alloc() seen after a step (live objects + garbage)
+_PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
+_N_COUNTS = const(14)
 
 
 class ConfigError(ValueError):
@@ -92,9 +119,7 @@ def load_config(path="config.json"):
 
 
 def make_config(user):
-    cfg = json.loads(json.dumps(DEFAULTS))          # a deep copy
-    cfg["broker"] = dict(BROKER_DEFAULTS)
-    _merge(cfg, user)
+    cfg = _merge(defaults(), user)
     for key in ("device_id",):
         if not cfg.get(key):
             raise ConfigError("config lacks %r" % key)
@@ -114,12 +139,13 @@ def make_config(user):
 class App:
     """The application state. run() is the main loop; step() one iteration (tests)."""
 
-    def __init__(self, cfg, flash=None, buffers=None):
+    def __init__(self, cfg, flash=None, buffers=None, ssl_context=None):
         """cfg: from make_config(). buffers: two equal bytearrays for the batch and
-        send buffers (main.py allocates them before the imports), else allocated here."""
-        self.cfg = cfg
+        send buffers, and ssl_context: a tls.SSLContext(tls.PROTOCOL_TLS_CLIENT) for
+        broker.tls (main.py makes both before the imports, while the heap still has
+        free runs of their size); else made here."""
         self.flash = flash or board.flash_dir()
-        dev = cfg["device_id"]
+        self.device_id = dev = cfg["device_id"]
         self.topic = cfg["topic"].format(device_id=dev).encode()
         self.qos = cfg["qos"]
         fl = cfg["flush"]
@@ -138,7 +164,7 @@ class App:
         self.out_view = memoryview(self.out.buf)[headroom:]
         board.init(cfg)
         self.boot = BootCounter(self.flash + "/mqb_boot").next()
-        self.clock = TickClock()
+        self.clock = R.TickClock()
         self.clock.set_from_rtc(board.time_synced())
         ob = cfg["outbox"]
         self.outbox = Outbox(self.flash + "/outbox", ob["segment_bytes"], ob["segments"], ob["max_entries"],
@@ -146,16 +172,24 @@ class App:
         if self.outbox.max_payload < fl["max_bytes"]:
             raise ConfigError("outbox.segment_bytes %d holds batches of up to %d bytes, less than flush.max_bytes %d"
                               % (ob["segment_bytes"], self.outbox.max_payload, fl["max_bytes"]))
-        self.writer = RecordWriter(self.enc, self.clock, self.boot, cfg["record_format"], self._renew_boot)
+        self.writer = R.RecordWriter(self.enc, self.clock, self.boot, cfg["record_format"], self._renew_boot)
         self.channels = bytes(board.CHANNELS)
-        self.values = array("i", [0] * len(self.channels))
-        self.health_values = array("i", [0] * len(HEALTH_CHANNELS))
-        self.record_size = HEADER_SIZE + READING_SIZE * len(self.channels)
-        self.client = self._make_client(cfg)
+        self.values = array("i", bytes(4 * len(self.channels)))
+        self.health_values = array("i", bytes(4 * len(_HEALTH_CHANNELS)))
+        self.record_size = R.HEADER_SIZE + R.READING_SIZE * len(self.channels)
+        # the config values used after start-up (the config dict itself is not kept)
+        self.net_cfg = {"wifi": cfg["wifi"]} if "wifi" in cfg else {}    # board.network_connect()
+        bo = cfg["backoff"]
+        self.backoff_ms = bo["initial_ms"]
+        self.backoff_max_ms = bo["max_ms"]
+        self.require_subscribers = cfg["require_subscribers"]
+        self.run_for_s = cfg["run_for_s"]
+        self.drain_timeout_s = cfg["drain_timeout_s"]
+        self.client = self._make_client(cfg, ssl_context)
         rm = self.client.receive_max
-        self._pid = array("H", [0] * rm)        # in flight: packet id -> outbox entry id
-        self._eid = array("i", [-1] * rm)
-        self._ids = array("i", [0])
+        self._pid = array("H", bytes(2 * rm))      # in flight: packet id -> outbox entry id
+        self._eid = array("i", b"\xff" * (4 * rm))  # -1: free
+        self._ids = array("i", bytes(4))
         # schedule
         now = time.ticks_ms()
         self.period_ms = max(1, int(1000 / cfg["sample_hz"]))
@@ -171,34 +205,23 @@ class App:
         self.cursor = -1           # highest outbox id sent on this connection
         self.sampling = True
         self.paused = False        # outbox full with policy "stop"
-        # counters (health records and the final summary)
-        self.sampled = 0
-        self.stored_records = 0
-        self.stored_batches = 0
-        self.acked_batches = 0
-        self.acked_records = 0
-        self.refused_batches = 0
-        self.unheard = 0           # PUBACK 0x10: nobody subscribed; kept and resent
-        self.reconnects = 0
-        self.connects = 0
-        self.last_error = 0
-        self.missed_samples = 0
-        self.wire_bytes = 0
-        self.publishes = 0
-        self.peak_heap = 0
+        # counters (health records and the final summary): one array, indexed by the
+        # _SAMPLED.. constants above (an attribute each would cost a dict slot each)
+        self.count = array("i", bytes(4 * _N_COUNTS))
+        self.wire_bytes = 0        # may pass 2**31 on a long run: not in the int32 array
         log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
 
-    def _make_client(self, cfg):
+    def _make_client(self, cfg, ssl_context):
         from mqb_transport import Transport
         b = cfg["broker"]
-        self.transport = Transport(b["host"], b["port"], cafile=b["ca"] if b["tls"] else None,
+        transport = Transport(b["host"], b["port"], cafile=b["ca"] if b["tls"] else None,
                                    certfile=b["client_cert"], keyfile=b["client_key"],
                                    server_hostname=b["server_hostname"], plain_tcp=not b["tls"],
-                                   timeout_ms=b["connect_timeout_ms"])
-        status = self.cfg["status_topic"].format(device_id=self.cfg["device_id"])
+                                   timeout_ms=b["connect_timeout_ms"], ssl_context=ssl_context)
+        status = cfg["status_topic"].format(device_id=cfg["device_id"])
         will = P.Will(status, b"offline", qos=1, retain=True)
-        return Client(self.transport, self.cfg["device_id"], b["username"], b["password"], b["keepalive_s"],
+        return Client(transport, cfg["device_id"], b["username"], b["password"], b["keepalive_s"],
                       b["session_expiry_s"], b["receive_max"], will=will, on_ack=self._on_ack,
                       timeout_ms=b["connect_timeout_ms"])
 
@@ -217,24 +240,33 @@ class App:
                 return False
             seq = self.writer.sample(self.channels, self.values)
         self._added(seq)
-        self.sampled += 1
+        self.count[_SAMPLED] += 1
         return True
+
+    def _measure_live(self):
+        """Collect, then note the heap in use: live objects only. Called once per
+        health record and after each connect (never on the per-sample path)."""
+        gc.collect()
+        used = gc.mem_alloc()
+        if used > self.count[_PEAK_HEAP_LIVE]:
+            self.count[_PEAK_HEAP_LIVE] = used
 
     def _health(self):
         v = self.health_values
         ob = self.outbox
+        self._measure_live()
         v[0] = gc.mem_free()
         v[1] = ob.depth
         v[2] = ob.dropped_report()
-        v[3] = self.reconnects
-        v[4] = self.last_error
-        v[5] = self.sampled
+        v[3] = self.count[_RECONNECTS]
+        v[4] = self.count[_LAST_ERROR]
+        v[5] = self.count[_SAMPLED]
         v[6] = ob.bytes_used
-        seq = self.writer.health(HEALTH_CHANNELS, v)
+        seq = self.writer.health(_HEALTH_CHANNELS, v)
         if seq == FULL:
             if not self._seal():
                 return False
-            seq = self.writer.health(HEALTH_CHANNELS, v)
+            seq = self.writer.health(_HEALTH_CHANNELS, v)
         self.batch_reported = v[2]     # this batch carries the report (before _added may seal it)
         self._added(seq)
         return True
@@ -264,8 +296,8 @@ class App:
         if self.paused:
             log("outbox has room again: sampling resumed")
         self.paused = False
-        self.stored_records += enc.count
-        self.stored_batches += 1
+        self.count[_STORED_RECORDS] += enc.count
+        self.count[_STORED_BATCHES] += 1
         print("MQB-STORED %d %d %d %d" % (eid, self.writer.boot, self.batch_first_seq, last))
         enc.reset()
         self.batch_reported = -1
@@ -274,10 +306,9 @@ class App:
     # ---- network --------------------------------------------------------------
 
     def _backoff(self, now):
-        b = self.cfg["backoff"]
-        delay = b["initial_ms"] << min(self.backoff_n, 16)
-        if delay > b["max_ms"]:
-            delay = b["max_ms"]
+        delay = self.backoff_ms << min(self.backoff_n, 16)
+        if delay > self.backoff_max_ms:
+            delay = self.backoff_max_ms
         delay = delay // 2 + (int.from_bytes(os.urandom(2), "little") * (delay // 2)) // 65536  # jitter
         self.backoff_n += 1
         self.next_connect = time.ticks_add(now, delay)
@@ -285,7 +316,7 @@ class App:
 
     def _connect(self, now):
         c = self.client
-        if not board.network_up() and not board.network_connect(self.cfg):
+        if not board.network_up() and not board.network_connect(self.net_cfg):
             log("network down; retry in %d ms" % self._backoff(now))
             return
         if not self.clock.synced and board.sync_time():
@@ -295,9 +326,9 @@ class App:
         except (MQTTError, TransportError) as e:
             self._failed(e, now)
             return
-        if self.connects:
-            self.reconnects += 1
-        self.connects += 1
+        if self.count[_CONNECTS]:
+            self.count[_RECONNECTS] += 1
+        self.count[_CONNECTS] += 1
         self.backoff_n = 0
         self.cursor = -1
         # batches must fit the broker's Maximum Packet Size from now on
@@ -307,6 +338,7 @@ class App:
         except MQTTError as e:          # the broker's limit leaves no room for a batch
             self._failed(e, now)
             return
+        self._measure_live()
         log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
             % (present, c.limit, c.max_send_size, self.enc.limit))
         if present:
@@ -323,22 +355,22 @@ class App:
     def _failed(self, e, now):
         """A connection attempt or an established link failed: log the reason code, back off."""
         if isinstance(e, MQTTError):
-            self.last_error = e.code
+            self.count[_LAST_ERROR] = e.code
             ref = getattr(e, "server_reference", None)
             if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
         else:
             code = e.errno
-            self.last_error = -abs(code) if isinstance(code, int) and code else -1
+            self.count[_LAST_ERROR] = -abs(code) if isinstance(code, int) and code else -1
         if self.client.connected:
             self.client.drop()
         log("link: %s; retry in %d ms" % (e, self._backoff(now)))
 
     def _use_server(self, ref):
         host, _, port = ref.partition(":")
-        self.transport.host = host
+        self.client.transport.host = host
         if port:
-            self.transport.port = int(port)
+            self.client.transport.port = int(port)
         log("server reference: next connect goes to %s" % ref)
 
     def _slot(self, pid):
@@ -396,12 +428,12 @@ class App:
         pid = c.publish_batch(self.out, self.topic, self.qos, resend_pid=resend_pid)
         if pid == BUSY:
             return False
-        self.publishes += 1
+        self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
         if self.qos == 0:
             self.outbox.ack(eid)
-            self.acked_batches += 1
-            self.acked_records += self.out.count
+            self.count[_ACKED_BATCHES] += 1
+            self.count[_ACKED_RECORDS] += self.out.count
             return True
         for i in range(len(self._eid)):
             if self._eid[i] < 0 or self._pid[i] == pid:
@@ -439,22 +471,22 @@ class App:
         if code == SESSION_LOST:
             self.cursor = -1        # the broker forgot it: send it again
             return
-        if code == _NO_MATCHING_SUBSCRIBERS and self.cfg["require_subscribers"]:
-            self.unheard += 1
+        if code == _NO_MATCHING_SUBSCRIBERS and self.require_subscribers:
+            self.count[_UNHEARD] += 1
             self._retry_later()
-            if self.unheard == 1 or self.unheard % 100 == 0:
+            if self.count[_UNHEARD] == 1 or self.count[_UNHEARD] % 100 == 0:
                 log("PUBACK 0x10 No matching subscribers for batch %d: kept, sent again later (%d so far)"
-                    % (eid, self.unheard))
+                    % (eid, self.count[_UNHEARD]))
             return
         if code < 0x80:
             n = self.outbox.records(eid)
             if self.outbox.ack(eid) == 0:
-                self.acked_batches += 1
-                self.acked_records += n
+                self.count[_ACKED_BATCHES] += 1
+                self.count[_ACKED_RECORDS] += n
             return
-        self.last_error = code
-        self.refused_batches += 1
-        if code in TRANSIENT:
+        self.count[_LAST_ERROR] = code
+        self.count[_REFUSED_BATCHES] += 1
+        if code in _TRANSIENT:
             self._retry_later()
             log("broker refused batch %d with 0x%02x %s (%s): kept, retried later"
                 % (eid, code, P.reason_name(code), reason))
@@ -467,7 +499,7 @@ class App:
     def _retry_later(self):
         """Send every pending batch again, from the oldest, after a pause."""
         self.cursor = -1
-        self.hold_until = time.ticks_add(time.ticks_ms(), self.cfg["backoff"]["initial_ms"] << 2)
+        self.hold_until = time.ticks_add(time.ticks_ms(), self.backoff_ms << 2)
 
     def _network(self, now):
         c = self.client
@@ -488,7 +520,7 @@ class App:
         if self.sampling:
             if self.paused and not self._seal():
                 while time.ticks_diff(now, self.next_sample) >= 0:   # no room: samples not taken
-                    self.missed_samples += 1
+                    self.count[_MISSED_SAMPLES] += 1
                     self.next_sample = time.ticks_add(self.next_sample, self.period_ms)
             while time.ticks_diff(now, self.next_sample) >= 0 and not self.paused:
                 self._sample()
@@ -500,13 +532,13 @@ class App:
                 self._seal()
         self._network(now)
         used = gc.mem_alloc()
-        if used > self.peak_heap:
-            self.peak_heap = used
+        if used > self.count[_PEAK_HEAP]:
+            self.count[_PEAK_HEAP] = used
         # sleep until the next sample is due, waking early for broker data
         wait = time.ticks_diff(self.next_sample, time.ticks_ms()) if self.sampling else 20
         if wait > 0:
             if self.client.connected:
-                self.transport.wait(min(wait, 50))
+                self.client.transport.wait(min(wait, 50))
             else:
                 time.sleep_ms(min(wait, 50))
 
@@ -522,8 +554,8 @@ class App:
                 and self.client.inflight == 0)
 
     def run(self, run_for_s=None, drain_timeout_s=None):
-        run_for_s = self.cfg["run_for_s"] if run_for_s is None else run_for_s
-        drain_s = self.cfg["drain_timeout_s"] if drain_timeout_s is None else drain_timeout_s
+        run_for_s = self.run_for_s if run_for_s is None else run_for_s
+        drain_s = self.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         start = drain_start = time.ticks_ms()
         try:
             while True:
@@ -547,21 +579,23 @@ class App:
             print("MQB-SUMMARY " + json.dumps(self.summary()))
 
     def summary(self):
-        return {"device": self.cfg["device_id"], "boot": self.boot, "sampled": self.sampled,
-                "stored_records": self.stored_records, "stored_batches": self.stored_batches,
-                "acked_records": self.acked_records, "acked_batches": self.acked_batches,
-                "refused_batches": self.refused_batches, "no_subscribers": self.unheard, "publishes": self.publishes,
-                "wire_bytes": self.wire_bytes, "reconnects": self.reconnects, "last_error": self.last_error,
+        c = self.count
+        return {"device": self.device_id, "boot": self.boot, "sampled": c[_SAMPLED],
+                "stored_records": c[_STORED_RECORDS], "stored_batches": c[_STORED_BATCHES],
+                "acked_records": c[_ACKED_RECORDS], "acked_batches": c[_ACKED_BATCHES],
+                "refused_batches": c[_REFUSED_BATCHES], "no_subscribers": c[_UNHEARD], "publishes": c[_PUBLISHES],
+                "wire_bytes": self.wire_bytes, "reconnects": c[_RECONNECTS], "last_error": c[_LAST_ERROR],
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
-                "dropped_total": self.outbox.dropped_total, "missed_samples": self.missed_samples,
-                "peak_heap": self.peak_heap, "next_seq": self.writer.seq}
+                "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
+                "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq}
 
 
 def log(msg):
     print("mqb:", msg)
 
 
-def main(cfg=None, buffers=None):
-    """Run the application: cfg is the parsed config.json (read here if None)."""
-    app = App(make_config(cfg) if cfg is not None else load_config(), buffers=buffers)
+def main(cfg=None, buffers=None, ssl_context=None):
+    """Run the application: cfg is the parsed config.json (read here if None);
+    buffers and ssl_context as for App (main.py)."""
+    app = App(make_config(cfg) if cfg is not None else load_config(), buffers=buffers, ssl_context=ssl_context)
     app.run()

@@ -32,7 +32,7 @@ except ImportError:
 
 SLOT_SIZE = 12
 U32_MAX = 0xFFFFFFFF
-_ENOENT = 2
+_ENOENT = const(2)
 
 
 class SlotCounter:

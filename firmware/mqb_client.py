@@ -36,7 +36,7 @@ _WAIT_PUBCOMP = const(3)
 _RESEND = const(4)         # session resumed: the application must resend it with DUP=1
 
 _SEQ_MASK = const(0x3FFFFFFF)
-_VBI_CAPS = (127, 16383, 2097151, VBI_MAX)
+_VBI_CAPS = const((127, 16383, 2097151, 268435455))  # largest value of a 1..4-byte VBI (VBI_MAX)
 
 
 class MQTTError(Exception):

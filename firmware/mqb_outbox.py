@@ -17,6 +17,7 @@
 import os
 import struct
 from array import array
+from micropython import const
 from mqb_boot import SlotCounter, crc32
 
 # Results (entry ids are >= 0)
@@ -29,19 +30,19 @@ TOO_SMALL = -4  # read: the entry is larger than the caller's buffer; nothing ch
 DROP_OLDEST = "drop_oldest"
 STOP = "stop"
 
-FORMAT_VERSION = 1
-SEG_MAGIC = b"MQBS"
+_FORMAT_VERSION = const(1)
+_SEG_MAGIC = const(b"MQBS")
 SEG_HEADER_SIZE = 20
 ENTRY_HEADER_SIZE = 32
-ACK_SIZE = 4
-_SEG_FMT = "<4sB3xII"        # magic, version, 3 zero bytes, segment number, first entry id (+ u32 CRC)
-_ENTRY_FMT = "<IIIIIHHI"     # length, id, boot, first_seq, last_seq, records, flags, payload CRC (+ header CRC)
+_ACK_SIZE = const(4)
+_SEG_FMT = const("<4sB3xII")        # magic, version, 3 zero bytes, segment number, first entry id (+ u32 CRC)
+_ENTRY_FMT = const("<IIIIIHHI")     # length, id, boot, first_seq, last_seq, records, flags, payload CRC (+ header CRC)
 
-_ENOENT = 2
-_ENOSPC = 28
-_FREE = 0
-_PENDING = 1
-_DONE = 2
+_ENOENT = const(2)
+_ENOSPC = const(28)
+_FREE = const(0)
+_PENDING = const(1)
+_DONE = const(2)
 
 
 def _u32(b, p):
@@ -116,12 +117,12 @@ class Outbox:
         self._state = bytearray(cap)          # _FREE / _PENDING / _DONE
         # segments, a ring of max_segments, oldest at _tail
         k = max_segments
-        self._sno = array("i", [0] * k)       # segment number (file name)
-        self._sfirst = array("i", [0] * k)    # id of its first entry
-        self._sn = array("i", [0] * k)        # entries in it
-        self._spend = array("i", [0] * k)     # pending entries
-        self._srec = array("i", [0] * k)      # pending records
-        self._ssize = array("i", [0] * k)     # bytes (the valid part of the file)
+        self._sno = array("i", bytes(4 * k))      # segment number (file name)
+        self._sfirst = array("i", bytes(4 * k))   # id of its first entry
+        self._sn = array("i", bytes(4 * k))       # entries in it
+        self._spend = array("i", bytes(4 * k))    # pending entries
+        self._srec = array("i", bytes(4 * k))     # pending records
+        self._ssize = array("i", bytes(4 * k))    # bytes (the valid part of the file)
         self._tail = 0
         self._nseg = 0
         self._sealed = True                   # the newest segment takes no more appends
@@ -130,7 +131,7 @@ class Outbox:
         self._af = _OpenFile()                # appender of an ack file
         self._hdr = bytearray(ENTRY_HEADER_SIZE)
         self._hdr28 = memoryview(self._hdr)[:28]
-        self._ackbuf = bytearray(ACK_SIZE)
+        self._ackbuf = bytearray(_ACK_SIZE)
         self._next_id = 0
         self._next_sno = 0
         self.depth = 0              # pending entries
@@ -381,7 +382,7 @@ class Outbox:
         self._next_sno = sno + 1
         self._sealed = False
         hdr = self._hdr
-        struct.pack_into(_SEG_FMT, hdr, 0, SEG_MAGIC, FORMAT_VERSION, sno, self._next_id)
+        struct.pack_into(_SEG_FMT, hdr, 0, _SEG_MAGIC, _FORMAT_VERSION, sno, self._next_id)
         struct.pack_into("<I", hdr, 16, crc32(memoryview(hdr)[:16]))
         f = self._head_file()
         try:
@@ -585,7 +586,7 @@ class Outbox:
             if f.readinto(hv) != SEG_HEADER_SIZE:
                 return -1
         magic, version, hsno, first = struct.unpack_from(_SEG_FMT, self._hdr, 0)
-        if (magic != SEG_MAGIC or version != FORMAT_VERSION or hsno != sno
+        if (magic != _SEG_MAGIC or version != _FORMAT_VERSION or hsno != sno
                 or _u32(self._hdr, 16) != crc32(hv[:16])):
             return -1
         return first
@@ -638,7 +639,7 @@ class Outbox:
         with open(self._ack_path(self._sno[s]), "rb") as f:
             data = f.read()
         first = self._sfirst[s]
-        for p in range(0, len(data) - ACK_SIZE + 1, ACK_SIZE):
+        for p in range(0, len(data) - _ACK_SIZE + 1, _ACK_SIZE):
             idx = data[p] | data[p + 1] << 8
             if (data[p + 2] | data[p + 3] << 8) != idx ^ 0xFFFF or idx >= self._sn[s]:
                 continue   # torn or stray record: the entry stays pending (at-least-once)

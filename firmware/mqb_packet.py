@@ -21,8 +21,8 @@ PUBCOMP = const(7)
 PINGRESP = const(13)
 DISCONNECT = const(14)
 
-_PACKET_NAMES = ("reserved CONNECT CONNACK PUBLISH PUBACK PUBREC PUBREL PUBCOMP SUBSCRIBE SUBACK "
-                 "UNSUBSCRIBE UNSUBACK PINGREQ PINGRESP DISCONNECT AUTH")
+_PACKET_NAMES = const("reserved CONNECT CONNACK PUBLISH PUBACK PUBREC PUBREL PUBCOMP SUBSCRIBE SUBACK "
+                      "UNSUBSCRIBE UNSUBACK PINGREQ PINGRESP DISCONNECT AUTH")
 
 
 def packet_name(ptype):
@@ -61,54 +61,57 @@ _P_SHARED_SUB_AVAILABLE = const(0x2A)
 
 # Value type of each property id 0x00..0x2A: 0 unknown, 1 byte, 2 two-byte int,
 # 4 four-byte int, 5 VBI, 6 UTF-8 string, 7 binary data, 8 string pair.
-_PTYPE = bytes((0, 1, 4, 6, 0, 0, 0, 0, 6, 7, 0, 5, 0, 0, 0, 0,
-                0, 4, 6, 2, 0, 6, 7, 1, 4, 1, 6, 0, 6, 0, 0, 6,
-                0, 2, 2, 2, 1, 1, 8, 4, 1, 1, 1))
+_PTYPE = const(b"\x00\x01\x04\x06\x00\x00\x00\x00\x06\x07\x00\x05\x00\x00\x00\x00"
+               b"\x00\x04\x06\x02\x00\x06\x07\x01\x04\x01\x06\x00\x06\x00\x00\x06"
+               b"\x00\x02\x02\x02\x01\x01\x08\x04\x01\x01\x01")
 
 # Properties a server may send in each packet (2.2.2.2, 3.x.2.2).
-_CONNACK_PROPS = bytes((_P_SESSION_EXPIRY, _P_RECEIVE_MAXIMUM, _P_MAXIMUM_QOS, _P_RETAIN_AVAILABLE,
-                       _P_MAXIMUM_PACKET_SIZE, _P_ASSIGNED_CLIENT_ID, _P_TOPIC_ALIAS_MAXIMUM, P_REASON_STRING,
-                       P_USER_PROPERTY, _P_WILDCARD_SUB_AVAILABLE, _P_SUB_ID_AVAILABLE, _P_SHARED_SUB_AVAILABLE,
-                       _P_SERVER_KEEP_ALIVE, _P_RESPONSE_INFO, P_SERVER_REFERENCE, _P_AUTH_METHOD, _P_AUTH_DATA))
-_ACK_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY))
+# SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_QOS, RETAIN_AVAILABLE, MAXIMUM_PACKET_SIZE, ASSIGNED_CLIENT_ID,
+# TOPIC_ALIAS_MAXIMUM, REASON_STRING, USER_PROPERTY, WILDCARD_SUB_AVAILABLE, SUB_ID_AVAILABLE,
+# SHARED_SUB_AVAILABLE, SERVER_KEEP_ALIVE, RESPONSE_INFO, SERVER_REFERENCE, AUTH_METHOD, AUTH_DATA
+_CONNACK_PROPS = const(b"\x11\x21\x24\x25\x27\x12\x22\x1f\x26\x28\x29\x2a\x13\x1a\x1c\x15"
+                       b"\x16")
+# REASON_STRING, USER_PROPERTY
+_ACK_PROPS = const(b"\x1f\x26")
 # a server MUST NOT send Session Expiry Interval in DISCONNECT (3.14.2.2.2): not listed
-_DISCONNECT_PROPS = bytes((P_REASON_STRING, P_USER_PROPERTY, P_SERVER_REFERENCE))
+# REASON_STRING, USER_PROPERTY, SERVER_REFERENCE
+_DISCONNECT_PROPS = const(b"\x1f\x26\x1c")
 
 # -- reason codes (2.4): the ones an application compares against; every code is
 # named by reason_name() ------------------------------------------------------
-SUCCESS = const(0x00)
-NO_MATCHING_SUBSCRIBERS = const(0x10)
+_SUCCESS = const(0x00)
+_NO_MATCHING_SUBSCRIBERS = const(0x10)
 MALFORMED_PACKET = const(0x81)
 PROTOCOL_ERROR = const(0x82)
 BAD_USERNAME_OR_PASSWORD = const(0x86)
 NOT_AUTHORIZED = const(0x87)
 KEEP_ALIVE_TIMEOUT = const(0x8D)
-SESSION_TAKEN_OVER = const(0x8E)
+_SESSION_TAKEN_OVER = const(0x8E)
 PACKET_ID_NOT_FOUND = const(0x92)
 RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
 PACKET_TOO_LARGE = const(0x95)
-QUOTA_EXCEEDED = const(0x97)
-PAYLOAD_FORMAT_INVALID = const(0x99)
+_QUOTA_EXCEEDED = const(0x97)
+_PAYLOAD_FORMAT_INVALID = const(0x99)
 RETAIN_NOT_SUPPORTED = const(0x9A)
 QOS_NOT_SUPPORTED = const(0x9B)
-USE_ANOTHER_SERVER = const(0x9C)
-SERVER_MOVED = const(0x9D)
+_USE_ANOTHER_SERVER = const(0x9C)
+_SERVER_MOVED = const(0x9D)
 
 # Every reason code of MQTT 5.0 and its name, as two compact constants (a dict of
 # strings would cost ~3.6 KB of RAM on a board that loads this module as .mpy).
-_REASON_CODES = bytes((0x00, 0x04, 0x10, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8B,
-                       0x8C, 0x8D, 0x8E, 0x8F, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A,
-                       0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2))
-_REASON_TEXT = ("Success|Disconnect with Will Message|No matching subscribers|Unspecified error|Malformed Packet|"
-                "Protocol Error|Implementation specific error|Unsupported Protocol Version|"
-                "Client Identifier not valid|Bad User Name or Password|Not authorized|Server unavailable|"
-                "Server busy|Banned|Server shutting down|Bad authentication method|Keep Alive timeout|"
-                "Session taken over|Topic Filter invalid|Topic Name invalid|Packet Identifier in use|"
-                "Packet Identifier not found|Receive Maximum exceeded|Topic Alias invalid|Packet too large|"
-                "Message rate too high|Quota exceeded|Administrative action|Payload format invalid|"
-                "Retain not supported|QoS not supported|Use another server|Server moved|"
-                "Shared Subscriptions not supported|Connection rate exceeded|Maximum connect time|"
-                "Subscription Identifiers not supported|Wildcard Subscriptions not supported")
+_REASON_CODES = const(b"\x00\x04\x10\x80\x81\x82\x83\x84\x85\x86\x87\x88\x89\x8a\x8b\x8c"
+                      b"\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96\x97\x98\x99\x9a\x9b\x9c"
+                      b"\x9d\x9e\x9f\xa0\xa1\xa2")
+_REASON_TEXT = const("Success|Disconnect with Will Message|No matching subscribers|Unspecified error|Malformed Packet|"
+                     "Protocol Error|Implementation specific error|Unsupported Protocol Version|"
+                     "Client Identifier not valid|Bad User Name or Password|Not authorized|Server unavailable|"
+                     "Server busy|Banned|Server shutting down|Bad authentication method|Keep Alive timeout|"
+                     "Session taken over|Topic Filter invalid|Topic Name invalid|Packet Identifier in use|"
+                     "Packet Identifier not found|Receive Maximum exceeded|Topic Alias invalid|Packet too large|"
+                     "Message rate too high|Quota exceeded|Administrative action|Payload format invalid|"
+                     "Retain not supported|QoS not supported|Use another server|Server moved|"
+                     "Shared Subscriptions not supported|Connection rate exceeded|Maximum connect time|"
+                     "Subscription Identifiers not supported|Wildcard Subscriptions not supported")
 
 # Reason codes a server may send in each packet (3.2.2.2, 3.4.2.1, 3.5.2.1, 3.7.2.1, 3.14.2.1).
 CONNACK_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8A, 0x8C,
@@ -136,11 +139,11 @@ E_BAD_REASON = const(-6)     # a reason code not defined for this packet
 E_BAD_FLAGS = const(-7)      # reserved fixed-header or acknowledge flags set
 E_BAD_PACKET_ID = const(-8)  # packet identifier 0
 
-_ERROR_TEXT = ("packet ends inside a field (truncated)|bytes left over after the last field|"
-               "unknown property, or property not allowed in this packet|"
-               "property that may appear only once appears twice|"
-               "property or flag value not allowed by the specification|"
-               "reason code not defined for this packet|reserved flags set|packet identifier 0")
+_ERROR_TEXT = const("packet ends inside a field (truncated)|bytes left over after the last field|"
+                    "unknown property, or property not allowed in this packet|"
+                    "property that may appear only once appears twice|"
+                    "property or flag value not allowed by the specification|"
+                    "reason code not defined for this packet|reserved flags set|packet identifier 0")
 
 
 def error_text(err):
@@ -267,7 +270,7 @@ class Connack:
         self.clear()
 
     def clear(self):
-        self.reason = SUCCESS
+        self.reason = _SUCCESS
         self.session_present = False
         self.session_expiry = None       # None: as the client asked
         self.receive_max = 65535
@@ -286,15 +289,17 @@ class Connack:
         self.auth_method = None
 
 
-# CONNACK property id -> Connack attribute
-_CONNACK_ATTRS = {_P_SESSION_EXPIRY: "session_expiry", _P_RECEIVE_MAXIMUM: "receive_max",
-                  _P_MAXIMUM_QOS: "max_qos", _P_RETAIN_AVAILABLE: "retain_available",
-                  _P_MAXIMUM_PACKET_SIZE: "max_packet_size", _P_ASSIGNED_CLIENT_ID: "assigned_client_id",
-                  _P_TOPIC_ALIAS_MAXIMUM: "topic_alias_max", P_REASON_STRING: "reason_string",
-                  _P_SERVER_KEEP_ALIVE: "server_keep_alive", P_SERVER_REFERENCE: "server_reference",
-                  _P_WILDCARD_SUB_AVAILABLE: "wildcard_sub_available", _P_SUB_ID_AVAILABLE: "sub_id_available",
-                  _P_SHARED_SUB_AVAILABLE: "shared_sub_available", _P_RESPONSE_INFO: "response_info",
-                  _P_AUTH_METHOD: "auth_method"}
+# CONNACK property ids and the Connack attribute each one sets (two constants in
+# flash: a dict would be built in RAM at import)
+# Session Expiry 0x11, Receive Maximum 0x21, Maximum QoS 0x24, Retain Available 0x25, Maximum Packet
+# Size 0x27, Assigned Client Identifier 0x12, Topic Alias Maximum 0x22, Reason String 0x1F, Server Keep
+# Alive 0x13, Server Reference 0x1C, Wildcard / Subscription Identifier / Shared Subscription Available
+# 0x28 0x29 0x2A, Response Information 0x1A, Authentication Method 0x15
+_CONNACK_ATTR_IDS = const(b"\x11\x21\x24\x25\x27\x12\x22\x1f\x13\x1c\x28\x29\x2a\x1a\x15")
+_CONNACK_ATTR_NAMES = const(("session_expiry", "receive_max", "max_qos", "retain_available", "max_packet_size",
+                             "assigned_client_id", "topic_alias_max", "reason_string", "server_keep_alive",
+                             "server_reference", "wildcard_sub_available", "sub_id_available",
+                             "shared_sub_available", "response_info", "auth_method"))
 
 
 def parse_connack(buf, start, end, out):
@@ -332,9 +337,10 @@ def parse_connack(buf, start, end, out):
             val = u32(buf, p + 1)
         elif t == 6:
             val = string_at(buf, p + 1)
-        name = _CONNACK_ATTRS.get(pid)
-        if name:
-            setattr(out, name, val)
+        for i in range(len(_CONNACK_ATTR_IDS)):
+            if _CONNACK_ATTR_IDS[i] == pid:
+                setattr(out, _CONNACK_ATTR_NAMES[i], val)
+                break
         p = _prop_end(buf, p, end)
     if out.receive_max == 0 or out.max_packet_size == 0:
         return E_BAD_VALUE
@@ -354,7 +360,7 @@ def parse_ack(ptype, buf, start, end):
     if u16(buf, start) == 0:
         return E_BAD_PACKET_ID
     if n == 2:
-        return SUCCESS  # 3.4.2.1: no reason code means 0x00
+        return _SUCCESS  # 3.4.2.1: no reason code means 0x00
     code = buf[start + 2]
     codes = PUBACK_CODES if ptype == PUBACK or ptype == PUBREC else PUBCOMP_CODES
     if code not in codes:
@@ -372,7 +378,7 @@ def parse_disconnect(buf, start, end):
     """Check a server DISCONNECT's variable header; returns its reason code or a negative E_*."""
     n = end - start
     if n == 0:
-        return SUCCESS
+        return _SUCCESS
     code = buf[start]
     if code not in DISCONNECT_CODES:
         return E_BAD_REASON
@@ -396,8 +402,8 @@ def ack_props_start(ptype, buf, start, end):
 # -- builders -------------------------------------------------------------------
 
 PINGREQ_PACKET = b"\xc0\x00"
-UP_BATCH_FORMAT = b"\x26\x00\x0cbatch-format\x00\x02v1"  # User Property batch-format = v1
-UP_BATCH_SIZE_KEY = b"\x26\x00\x0abatch-size"            # + 2-byte length + digits
+_UP_BATCH_FORMAT = const(b"\x26\x00\x0cbatch-format\x00\x02v1")  # User Property batch-format = v1
+_UP_BATCH_SIZE_KEY = const(b"\x26\x00\x0abatch-size")     # + 2-byte length + digits
 
 
 def _vbi(n):
@@ -473,7 +479,7 @@ def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_ma
 def publish_props_len(count_digits, alias, expiry, content_type, payload_format):
     """Property bytes of a batch PUBLISH (without the property-length VBI).
     alias 0 = none; expiry/payload_format None = absent; content_type bytes or None."""
-    n = len(UP_BATCH_FORMAT) + len(UP_BATCH_SIZE_KEY) + 2 + count_digits
+    n = len(_UP_BATCH_FORMAT) + len(_UP_BATCH_SIZE_KEY) + 2 + count_digits
     if alias:
         n += 3
     if expiry is not None:
@@ -541,11 +547,11 @@ def write_publish_header(buf, end, flags, topic, topic_len, pid, alias, expiry, 
         buf[p + 2] = n & 0xFF
         buf[p + 3:p + 3 + n] = content_type
         p += 3 + n
-    n = len(UP_BATCH_FORMAT)
-    buf[p:p + n] = UP_BATCH_FORMAT
+    n = len(_UP_BATCH_FORMAT)
+    buf[p:p + n] = _UP_BATCH_FORMAT
     p += n
-    n = len(UP_BATCH_SIZE_KEY)
-    buf[p:p + n] = UP_BATCH_SIZE_KEY
+    n = len(_UP_BATCH_SIZE_KEY)
+    buf[p:p + n] = _UP_BATCH_SIZE_KEY
     p += n
     d = enc.count_digits()
     buf[p] = 0

@@ -19,12 +19,13 @@
 # after a clock sync, never per record.
 import struct
 import time
+from micropython import const
 from mqb_codec import FULL
 
-VERSION = 1
-KIND_SAMPLE = 1
-KIND_HEALTH = 2
-FLAG_SYNCED = 0x01
+_VERSION = const(1)
+_KIND_SAMPLE = const(1)
+_KIND_HEALTH = const(2)
+_FLAG_SYNCED = const(0x01)
 MAX_READINGS = 32
 HEADER_SIZE = 18
 READING_SIZE = 5
@@ -32,7 +33,7 @@ SEQ_LIMIT = 1 << 30            # seq stays a small int on every port
 TIME_S_LIMIT = 1 << 30         # 2054-01-10: time_s stays a small int on every port
 
 EPOCH_2020_UNIX = 1577836800   # 2020-01-01T00:00:00Z in seconds since 1970-01-01
-EPOCH_2020_2000 = 631152000    # ... since 2000-01-01 (embedded ports' epoch)
+_EPOCH_2020_2000 = const(631152000)    # ... since 2000-01-01 (embedded ports' epoch)
 
 FORMAT_BINARY = "binary"
 FORMAT_JSON = "json"
@@ -52,9 +53,9 @@ CH_LAST_ERROR = 0x84    # MQTT reason code or negative errno, 0 = none
 CH_SAMPLED_TOTAL = 0x85  # records sampled since boot
 CH_OUTBOX_BYTES = 0x86  # bytes
 
-SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
-HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
-                "sampled_total", "outbox_bytes")
+_SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
+_HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
+                 "sampled_total", "outbox_bytes")
 
 _I32_MIN = -2147483648
 _I32_MAX = 2147483647
@@ -62,7 +63,7 @@ _I32_MAX = 2147483647
 
 def port_epoch_to_2020():
     """Seconds from this port's time epoch (1970 or 2000) to 2020-01-01."""
-    return EPOCH_2020_UNIX if time.gmtime(0)[0] == 1970 else EPOCH_2020_2000
+    return EPOCH_2020_UNIX if time.gmtime(0)[0] == 1970 else _EPOCH_2020_2000
 
 
 class TickClock:
@@ -194,24 +195,24 @@ class RecordWriter:
 
     def sample(self, channels, values, n=-1):
         """Write a sample record (channels 1..6)."""
-        return self._write(KIND_SAMPLE, channels, values, len(channels) if n < 0 else n)
+        return self._write(_KIND_SAMPLE, channels, values, len(channels) if n < 0 else n)
 
     def health(self, channels, values, n=-1):
         """Write a health record (channels 0x80..0x86)."""
-        return self._write(KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
+        return self._write(_KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
 
     def _check(self, kind, chans, vals, n):
         if not 0 <= n <= MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
                              "hold them" % (n, MAX_READINGS, len(chans), len(vals)))
-        lo = 1 if kind == KIND_SAMPLE else 0x80
-        hi = lo + (len(SAMPLE_NAMES) if kind == KIND_SAMPLE else len(HEALTH_NAMES))
+        lo = 1 if kind == _KIND_SAMPLE else 0x80
+        hi = lo + (len(_SAMPLE_NAMES) if kind == _KIND_SAMPLE else len(_HEALTH_NAMES))
         seen = 0
         for i in range(n):
             c = chans[i]
             if not lo <= c < hi:
                 raise ValueError("channel 0x%02x not allowed in a %s record (0x%02x..0x%02x)"
-                                 % (c, "sample" if kind == KIND_SAMPLE else "health", lo, hi - 1))
+                                 % (c, "sample" if kind == _KIND_SAMPLE else "health", lo, hi - 1))
             bit = 1 << (c - lo)
             if seen & bit:
                 raise ValueError("channel 0x%02x appears twice in one record" % c)
@@ -244,7 +245,7 @@ class RecordWriter:
         clock = self.clock
         clock.now()
         buf = enc.buf
-        struct.pack_into("<BBBBIIIH", buf, pos, VERSION, kind, FLAG_SYNCED if clock.synced else 0, n,
+        struct.pack_into("<BBBBIIIH", buf, pos, _VERSION, kind, _FLAG_SYNCED if clock.synced else 0, n,
                          self.boot, seq, clock.s, clock.ms)
         pos += HEADER_SIZE
         for i in range(n):
@@ -257,10 +258,10 @@ class RecordWriter:
         # Allocates: the str, its parts and the encoded bytes (the cost of JSON).
         clock = self.clock
         clock.now()
-        if kind == KIND_SAMPLE:
-            names, base, kname = SAMPLE_NAMES, 1, "sample"
+        if kind == _KIND_SAMPLE:
+            names, base, kname = _SAMPLE_NAMES, 1, "sample"
         else:
-            names, base, kname = HEALTH_NAMES, 0x80, "health"
+            names, base, kname = _HEALTH_NAMES, 0x80, "health"
         parts = []
         for i in range(n):
             parts.append('"%s":%d' % (names[chans[i] - base], vals[i]))

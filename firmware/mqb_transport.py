@@ -2,8 +2,12 @@
 #
 # TLS is the default (port 8883). Plain TCP only with plain_tcp=True, for local
 # development. The server certificate is always verified: MicroPython's
-# ssl.SSLContext(PROTOCOL_TLS_CLIENT) defaults to CERT_NONE, so CERT_REQUIRED
+# SSLContext(PROTOCOL_TLS_CLIENT) defaults to CERT_NONE, so CERT_REQUIRED
 # is set explicitly, and server_hostname is always passed.
+#
+# TLS comes from MicroPython's `tls` module (1.23+), the C module under
+# micropython-lib's ssl.py: the same SSLContext without the Python wrapper,
+# whose import alone costs ~1.2 KB of heap on a board.
 #
 # After open() the socket is non-blocking: recv() returns 0 when nothing is
 # there, send() completes the whole write (waiting for room if it must), and
@@ -15,9 +19,9 @@ import errno
 from micropython import const
 
 try:
-    import ssl
+    import tls
 except ImportError:  # a port built without TLS: only plain_tcp=True works
-    ssl = None
+    tls = None
 
 # TLSError.kind
 TLS_UNTRUSTED = "untrusted"        # the server certificate is not signed by our CA (wrong CA)
@@ -76,7 +80,8 @@ def read_der(path):
     if start < 0 or end < 0:
         raise ValueError("%s: PEM block without END line" % path)
     try:
-        return binascii.a2b_base64(data[start:end].replace(b"\r", b"").replace(b"\n", b""))
+        # a2b_base64 skips the line breaks; a memoryview slice copies nothing (small heaps)
+        return binascii.a2b_base64(memoryview(data)[start:end])
     except ValueError as e:
         raise ValueError("%s: PEM body is not valid base64 (%s)" % (path, e))
 
@@ -90,10 +95,14 @@ class Transport:
     server_hostname: name checked against the certificate (default: host).
     plain_tcp: True for unencrypted TCP; must be asked for explicitly.
     timeout_ms: connect / handshake timeout and the longest a send may stall.
+    ssl_context: a tls.SSLContext(tls.PROTOCOL_TLS_CLIENT) to configure and use
+    instead of making one here: it is one block of ~3 KB, which a small heap
+    (64 KB) has after boot but may no longer have once modules are imported
+    (firmware/main.py makes it first).
     """
 
     def __init__(self, host, port=None, cafile=None, certfile=None, keyfile=None,
-                 server_hostname=None, plain_tcp=False, timeout_ms=10000):
+                 server_hostname=None, plain_tcp=False, timeout_ms=10000, ssl_context=None):
         self.host = host
         self.port = port if port is not None else (1883 if plain_tcp else 8883)
         self.plain_tcp = plain_tcp
@@ -106,20 +115,20 @@ class Transport:
         self._poll = None
         self._ctx = None
         if plain_tcp:
-            if cafile or certfile or keyfile:
+            if cafile or certfile or keyfile or ssl_context:
                 raise ValueError("plain_tcp=True with TLS files: choose one")
             return
-        if ssl is None:
-            raise ValueError("this MicroPython port has no ssl module; TLS is impossible (plain_tcp=True for development only)")
+        if tls is None:
+            raise ValueError("this MicroPython port has no tls module; TLS is impossible (plain_tcp=True for development only)")
         if not cafile:
             raise ValueError("TLS needs cafile (the CA that signed the broker certificate); "
                              "plain TCP must be requested with plain_tcp=True")
         if (certfile is None) != (keyfile is None):
             raise ValueError("mutual TLS needs both certfile and keyfile")
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.verify_mode = ssl.CERT_REQUIRED  # MicroPython's default is CERT_NONE
+        ctx = ssl_context or tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+        ctx.verify_mode = tls.CERT_REQUIRED  # MicroPython's default is CERT_NONE
         try:
-            ctx.load_verify_locations(cadata=read_der(cafile))
+            ctx.load_verify_locations(read_der(cafile))
         except ValueError as e:
             raise ValueError("CA file %s not usable: %s" % (cafile, e))
         if certfile:

@@ -38,6 +38,24 @@ class DeviceError(RuntimeError):
     pass
 
 
+# Config a virtual device starts from (under what the caller passes): sized for a
+# 64 KB heap (docs/application.md, Memory). flush.max_bytes: each of the two batch
+# buffers is max_bytes + ~90 bytes of RAM; outbox.max_entries: the outbox's RAM
+# index is segments x max_entries x 7 bytes (batches of ~2 KB: 7-8 per 16 KB segment).
+DEVICE_DEFAULTS = {"flush": {"max_bytes": 2048}, "outbox": {"max_entries": 16}}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """A deep copy of base with over merged in (nested dicts merged key by key)."""
+    out = json.loads(json.dumps(base))
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merged(out[k], v)
+        else:
+            out[k] = json.loads(json.dumps(v))
+    return out
+
+
 def device_ids(count: int, prefix: str = "dev") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
@@ -66,7 +84,7 @@ class Fleet:
                     raise DeviceError("tls=True needs the CA certificate (ca=...)")
                 shutil.copyfile(ca, d / "ca.pem")
                 cfg["broker"]["ca"] = "ca.pem"
-            merged = json.loads(json.dumps(config or {}))
+            merged = _merged(DEVICE_DEFAULTS, config or {})
             merged.setdefault("broker", {}).update(cfg.pop("broker"))
             merged.update(cfg)
             (d / "config.json").write_text(json.dumps(merged, indent=1))
