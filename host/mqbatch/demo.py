@@ -251,7 +251,7 @@ class Demo:
         q = rep.get("quarantine", {}).get("by_reason", {})
         self.say(f"    quarantined by reason: {q or 'none'}")
         self.say(f"    bytes on the wire (TLS, device->broker, incl. handshakes and reconnects): "
-                 f"{wire_per_record:.1f} per record; MQTT packets alone: {mqtt_per_record:.1f} per record")
+                 f"{wire_per_record:.1f} per record; MQTT PUBLISH packets alone, resends included: {mqtt_per_record:.1f} per record")
         if baseline:
             self.say(f"    baseline {baseline['client']}, one record per PUBLISH (MQTT 3.1.1, QoS 1, TLS): "
                      f"{baseline['wire_bytes_per_record']:.1f} bytes per record on the wire "
