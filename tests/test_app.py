@@ -110,7 +110,7 @@ def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki
     creds = {"dev-001": "pw-1", "dev-002": "pw-2"}
     broker = secured_broker(mosquitto, creds)
     sub = subscriber(broker, "mqbatch/#", username=READER[0], password=READER[1])
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=fleet_config(record_format=record_format)) as fleet:
         fleet.start()
         codes = fleet.wait(90)
@@ -138,7 +138,7 @@ def test_device_refused_by_acl_on_foreign_topic_reports_it(mosquitto, subscriber
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
     cfg = fleet_config(run_for_s=2, drain_timeout_s=3, topic="mqbatch/dev-999/telemetry")
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
         fleet.start()
         fleet.wait(60)
@@ -154,7 +154,7 @@ def test_broker_outage_of_30s_loses_nothing(mosquitto, subscriber, pki, tmp_path
     broker = secured_broker(mosquitto, creds)
     sub = DurableSubscriber(broker, pki)
     cfg = fleet_config(sample_hz=10, run_for_s=45, drain_timeout_s=60, health_every_s=5)
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
         fleet.start()
         time.sleep(5)
@@ -182,7 +182,7 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
     sub = DurableSubscriber(broker, pki)
     # batches sealed every 5 records at 50 Hz: the outbox is written ~10 times a second
     cfg = fleet_config(sample_hz=50, run_for_s=6, flush={"max_count": 5, "max_bytes": 2048, "max_age_ms": 1000})
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=None,
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
         fleet.start()
         time.sleep(1.0)
@@ -202,3 +202,36 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
     assert s["boot"] == 2 and s["outbox_depth"] == 0
     print(f"SIGKILL test: {len(before_kill)} records stored before the kill, all delivered; "
           f"{len(dups)} duplicates delivered (allowed)")
+
+
+def test_app_in_a_64k_heap_over_tls_with_broker_outage_loses_nothing(mosquitto, subscriber, pki, tmp_path):
+    """The whole application as .mpy (ROMFS, outside the heap) in `micropython -X heapsize=64K`,
+    TLS, 10 Hz, a 15 s broker outage: no MemoryError, every stored record delivered.
+    The 10-minute version is tools/soak_app.py (docs/application.md, Memory)."""
+    creds = {"dev-001": "pw-1"}
+    broker = secured_broker(mosquitto, creds)
+    sub = DurableSubscriber(broker, pki)
+    cfg = fleet_config(sample_hz=10, run_for_s=50, drain_timeout_s=60, health_every_s=5)
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
+               config=cfg) as fleet:
+        fleet.start()
+        time.sleep(15)
+        broker.stop()
+        time.sleep(15)
+        broker.start()
+        codes = fleet.wait(120)
+        s = fleet.summaries().get("dev-001", {})
+        stored = fleet.stored()
+        console = fleet.console("dev-001")
+    got, dups, kinds = delivered(sub.settle())
+    sub.close()
+    assert codes == {"dev-001": 0} and "MemoryError" not in console, console[-3000:]
+    assert s["reconnects"] >= 1 and s["sampled"] >= 450, s
+    missing = stored - got
+    assert stored and not missing, f"{len(missing)} stored records never arrived, e.g. {sorted(missing)[:5]}"
+    assert s["outbox_depth"] == 0 and s["dropped_total"] == 0
+    # live heap: measured after gc.collect(), so at most the heap and at least the imports' share
+    assert 30_000 < s["peak_heap_live"] <= s["peak_heap"] <= 64 * 1024, s
+    assert kinds["dev-001"].count(records.HEALTH) >= 10
+    print(f"64K heap: peak_heap_live {s['peak_heap_live']} B, peak_heap {s['peak_heap']} B (incl. garbage), "
+          f"{len(stored)} records stored and delivered, {len(dups)} duplicates, {s['reconnects']} reconnects")

@@ -51,7 +51,7 @@ class DemoOptions:
     cut_s: float = 6.0
     drain_timeout: float = 120.0
     run_dir: pathlib.Path = ROOT / "run" / "demo"
-    heapsize: str | None = None
+    heapsize: str | None = "64K"        # the heap the firmware is measured to run in (docs/application.md, Memory)
     baseline: bool = True
 
 

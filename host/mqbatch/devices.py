@@ -14,7 +14,9 @@ Each device's flash directory is <run_dir>/<device>/ (config.json, ca.pem,
 boot.py, outbox/, boot counter); what it prints goes to console.log there.
 The compiled firmware is one ROMFS image, mapped outside each interpreter's heap
 (mqbatch.romfs_run, boards/unix/boot.py) as ROMFS or frozen code sits in a
-board's flash: `heapsize` (e.g. "128K") then limits the application's own RAM.
+board's flash: `heapsize` then limits the application's own RAM. The default is
+"64K", the heap the application is measured to run in (docs/application.md,
+Memory); None gives the port's default heap.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def device_ids(count: int, prefix: str = "dev") -> list[str]:
 class Fleet:
     def __init__(self, run_dir: os.PathLike | str, host: str, port: int, *, credentials: dict[str, str],
                  ca: os.PathLike | str | None = None, tls: bool = True, server_hostname: str = "localhost",
-                 heapsize: str | None = None, config: dict | None = None):
+                 heapsize: str | None = "64K", config: dict | None = None):
         self.run_dir = pathlib.Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.credentials = dict(credentials)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"devices: local broker {stack.broker.url} (TLS, auth, per-device ACL)")
     try:
         with Fleet(run_dir / "devices", host, int(port), credentials=creds, ca=ca, tls=not args.plain,
-                   heapsize=args.heapsize, config=config) as fleet:
+                   heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config) as fleet:
             fleet.start()
             t0 = time.monotonic()
             last = [0.0]
@@ -82,5 +82,6 @@ def register(sub) -> None:
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
     p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")
-    p.add_argument("--heapsize", default=None, help="MicroPython heap per device, e.g. 128K (default: the port's)")
+    p.add_argument("--heapsize", default="64K",
+                   help="MicroPython heap per device (default: 64K; 'none': the port's own default)")
     p.set_defaults(func=run)
