@@ -14,4 +14,4 @@ bench: setup
 	.venv/bin/python tools/bench.py
 
 clean:
-	rm -rf .venv build .pytest_cache .hypothesis
+	rm -rf .venv build run .pytest_cache .hypothesis

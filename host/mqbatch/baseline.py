@@ -71,12 +71,15 @@ def fetch_umqtt(dest: os.PathLike | str) -> str:
     want = best.get("hashes", {}).get("sha256")
     if not want or hashlib.sha256(data).hexdigest() != want:
         raise BaselineUnavailable(f"{best['filename']}: sha256 missing or not the index's")
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        member = next((m for m in tar.getmembers() if m.name.endswith("umqtt/simple.py")), None)
-        if member is None:
-            raise BaselineUnavailable(f"{best['filename']} has no umqtt/simple.py")
-        (dest / "umqtt").mkdir(parents=True, exist_ok=True)
-        (dest / "umqtt" / "simple.py").write_bytes(tar.extractfile(member).read())
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith("umqtt/simple.py")), None)
+            if member is None:
+                raise BaselineUnavailable(f"{best['filename']} has no umqtt/simple.py")
+            (dest / "umqtt").mkdir(parents=True, exist_ok=True)
+            (dest / "umqtt" / "simple.py").write_bytes(tar.extractfile(member).read())
+    except tarfile.TarError as e:
+        raise BaselineUnavailable(f"{best['filename']} is not a readable tar.gz: {e}") from None
     (dest / "ussl.py").write_text("from ssl import *  # old umqtt.simple imports ussl\n")
     return best["filename"][len(UMQTT) + 1:-len(".tar.gz")]
 
@@ -102,22 +105,26 @@ print('BASELINE-DONE')
 
 def measure(work_dir: os.PathLike | str, stack, *, count: int = 200) -> dict:
     """Wire bytes per record of umqtt.simple publishing `count` records one per
-    PUBLISH through a relay to the stack's broker, as the stack's first device."""
+    PUBLISH through a relay to the stack's broker, as the stack's baseline user
+    (topic baseline/umqtt, which the recorder does not read)."""
     work = pathlib.Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     version = fetch_umqtt(work / "lib")
     (work / "worker.py").write_text(_WORKER)
     ca_der = stack.pki.ca.cert_der             # this port's mbedTLS takes DER
-    dev, password = next(iter(stack.credentials.items()))
+    user, password = stack.baseline_login
     rec = records.encode_binary("sample", 1, 0, int(time.time() * 1000), [(1, 2150), (2, 4500), (3, 3300), (4, -55)])
     sent = {}
     for n in (0, count):
         relay = Relay(stack.broker.host, stack.broker.port).start()
         try:
-            proc = subprocess.run([str(micropython_exe()), str(work / "worker.py"), relay.host, str(relay.port),
-                                   str(ca_der), dev, password, f"mqbatch/{dev}/telemetry", str(n), rec.hex()],
-                                  env=dict(os.environ, MICROPYPATH=f".frozen:{work / 'lib'}"), capture_output=True,
-                                  text=True, timeout=120)
+            try:
+                proc = subprocess.run([str(micropython_exe()), str(work / "worker.py"), relay.host, str(relay.port),
+                                       str(ca_der), user, password, f"{user}/umqtt", str(n), rec.hex()],
+                                      env=dict(os.environ, MICROPYPATH=f".frozen:{work / 'lib'}"),
+                                      capture_output=True, text=True, timeout=120)
+            except subprocess.TimeoutExpired:
+                raise BaselineUnavailable(f"umqtt.simple did not finish {n} publishes within 120 s") from None
             time.sleep(0.2)         # let the relay count the last bytes
         finally:
             relay.stop()

@@ -19,6 +19,7 @@ which is wiped at the start, so running twice in a row works.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
 import pathlib
@@ -33,6 +34,7 @@ from mqbatch import htmlreport
 from mqbatch.devices import Fleet, device_ids
 from mqbatch.netcut import Relay
 from mqbatch.paths import ROOT, venv_tool
+from mqbatch.procs import end_process
 from mqbatch.stack import LocalStack
 
 
@@ -65,6 +67,9 @@ class Demo:
         self.relay: Relay | None = None
         self.fleet: Fleet | None = None
         self.events: list[tuple[float, str]] = []
+        self.stopping = threading.Event()      # set by cleanup(): the fault thread must not restart anything
+        self.faults: threading.Thread | None = None
+        self.fault_error: str | None = None
 
     # -- output -------------------------------------------------------------------
 
@@ -104,15 +109,22 @@ class Demo:
                                config=cfg)
             self.run_start = time.monotonic()
             self.fleet.start()
-            faults = threading.Thread(target=self.inject_faults, daemon=True)
-            faults.start()
-            self.fleet.wait(o.duration + o.drain_timeout + 60, self.progress)
-            faults.join()
-            self.say("4/7 devices finished sampling and drained their outboxes")
+            self.faults = threading.Thread(target=self.inject_faults, name="faults", daemon=True)
+            self.faults.start()
+            codes = self.fleet.wait(o.duration + o.drain_timeout + 60, self.progress)
+            self.faults.join()
+            if self.fault_error:
+                raise DemoError(f"fault injection failed: {self.fault_error}")
             sums = self.fleet.summaries()
             for dev in ids:
-                if dev not in sums:
-                    raise DemoError(f"{dev} ended without a summary; its console:\n{self.fleet.console(dev)[-1500:]}")
+                s = sums.get(dev)
+                if s is None or codes[dev] != 0 or s["outbox_depth"]:
+                    why = ("no summary" if s is None else
+                           f"{s['outbox_depth']} batches still in its outbox" if s["outbox_depth"] else
+                           f"exit status {codes[dev]}")
+                    raise DemoError(f"{dev} did not finish cleanly ({why}); its console:\n"
+                                    f"{self.fleet.console(dev)[-1500:]}")
+            self.say("4/7 devices finished sampling and drained their outboxes")
 
             self.say("5/7 stopping the recorder (SIGTERM: closes the landing file)")
             self.stop_recorder(recorder)
@@ -136,8 +148,8 @@ class Demo:
 
     def start_recorder(self, landing: pathlib.Path) -> subprocess.Popen:
         pw = self.o.run_dir / "recorder.pw"
-        pw.write_text(self.stack.recorder_login[1])
-        os.chmod(pw, 0o600)
+        with open(os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(self.stack.recorder_login[1])
         b = self.stack.broker
         log = open(self.o.run_dir / "recorder.log", "w")
         proc = self.spawn([str(venv_tool("mqbatch")), "ingest", "--host", b.host, "--port", str(b.port),
@@ -158,29 +170,36 @@ class Demo:
         try:
             code = proc.wait(60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            end_process(proc, group=True)
             raise DemoError("recorder did not stop within 60 s of SIGTERM") from None
         if code != 0:
             raise DemoError(f"recorder exited with {code}:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
 
     def inject_faults(self) -> None:
+        try:
+            self._inject_faults()
+        except Exception as e:          # reported to the main thread, which stops the demo
+            self.fault_error = f"{type(e).__name__}: {e}"
+
+    def _inject_faults(self) -> None:
         o = self.o
         outage_at = o.duration * 0.25 if o.outage_at is None else o.outage_at
         cut_at = o.duration * 0.6 if o.cut_at is None else o.cut_at
-        plan = sorted([(outage_at, "outage"), (cut_at, "cut")])
-        for at, kind in plan:
-            while time.monotonic() - self.run_start < at:
-                time.sleep(0.1)
+        for at, kind in sorted([(outage_at, "outage"), (cut_at, "cut")]):
+            if self.stopping.wait(max(0.0, at - (time.monotonic() - self.run_start))):
+                return
             if kind == "outage":
                 self.event(f"    fault: broker outage for {o.outage_s:g} s (Mosquitto stopped)")
                 self.stack.broker.stop()
-                time.sleep(o.outage_s)
+                if self.stopping.wait(o.outage_s):
+                    return
                 self.stack.broker.start()
                 self.event("    fault over: broker restarted on the same port (sessions persisted)")
             else:
                 self.event(f"    fault: network cut for {o.cut_s:g} s (every device link dropped, connects refused)")
                 self.relay.cut()
-                time.sleep(o.cut_s)
+                if self.stopping.wait(o.cut_s):
+                    return
                 self.relay.restore()
                 self.event("    fault over: network restored")
 
@@ -257,7 +276,7 @@ class Demo:
                      f"{baseline['wire_bytes_per_record']:.1f} bytes per record on the wire "
                      f"(+{baseline['connection_bytes']} bytes per connection)")
         html_path = self.o.run_dir / "report.html"
-        html_path.write_text(self.html(rep, recs, rows, headers, wire_per_record, mqtt_per_record, baseline, lost))
+        html_path.write_text(self.render_html(rep, recs, rows, headers, wire_per_record, mqtt_per_record, baseline, lost))
         self.say(f"    HTML report: {html_path}")
         if lost:
             self.say(f"LOST {len(lost)} records that devices had stored, e.g. {lost[:5]}")
@@ -273,7 +292,7 @@ class Demo:
             print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)), file=self.out)
         self.out.flush()
 
-    def html(self, rep, recs, rows, headers, wire, mqtt_bytes, baseline, lost) -> str:
+    def render_html(self, rep, recs, rows, headers, wire, mqtt_bytes, baseline, lost) -> str:
         import pyarrow.compute as pc
         import pyarrow as pa
         t = pc.divide(recs["received_at"].cast(pa.timestamp("ns")).cast(pa.int64()), 1_000_000).to_pylist()  # ms
@@ -305,39 +324,24 @@ class Demo:
             ("Bytes on the wire per record", htmlreport.bar_chart("bytes sent device -> broker per record", bars,
                                                                   "bytes/record", "{:.1f}")),
             ("Quarantine", htmlreport.bar_chart("quarantined rows by reason", q, "rows")),
-            ("Spark report.json", f"<pre>{json.dumps(rep, indent=1, sort_keys=True)[:20000]}</pre>"),
+            ("Spark report.json", "<pre>" + html.escape(json.dumps(rep, indent=1, sort_keys=True)) + "</pre>"),
         ]
         return htmlreport.page("mqbatch demo report", sections)
 
     # -- cleanup ------------------------------------------------------------------
 
     def cleanup(self) -> None:
+        self.stopping.set()
+        if self.faults is not None:
+            self.faults.join(30)
         if self.fleet:
             self.fleet.stop()
         for p in self.procs:
-            _end_group(p)
+            end_process(p, group=True)
         if self.relay:
             self.relay.stop()
         if self.stack:
             self.stack.broker.stop()
-
-
-def _end_group(p: subprocess.Popen) -> None:
-    """SIGTERM the process group of p, SIGKILL it if still there after 10 s."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return              # the whole group is gone
-        try:
-            p.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; its children (a JVM) may not be: give them the same signal
-        try:
-            os.killpg(p.pid, 0)
-        except ProcessLookupError:
-            return
 
 
 def _ms(v) -> str:

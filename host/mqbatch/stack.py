@@ -7,6 +7,7 @@ under mqbatch/<its username>/; the recorder may only read).
     stack.broker.start()
     stack.credentials          # {"dev-001": "<random password>", ...}
     stack.recorder_login       # ("recorder", "<random password>")
+    stack.baseline_login       # ("baseline", ...): may only write under baseline/
 """
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from mqbatch.broker import Mosquitto
 from mqbatch.pki import make_pki
 
 RECORDER = "recorder"
+BASELINE = "baseline"           # the umqtt.simple comparison client (mqbatch.baseline)
 
 
-def acl_text(recorder: str = RECORDER) -> str:
+def acl_text(recorder: str = RECORDER, baseline: str = BASELINE) -> str:
     # `pattern` lines apply to every user: %u is the authenticated username, so a
     # device can only publish under its own name, whatever client id it claims.
+    # The baseline client writes outside mqbatch/, where the recorder never reads.
     return (f"pattern write mqbatch/%u/telemetry\npattern write mqbatch/%u/status\n\n"
-            f"user {recorder}\ntopic read mqbatch/#\n")
+            f"user {recorder}\ntopic read mqbatch/#\n\nuser {baseline}\ntopic write {baseline}/#\n")
 
 
 class LocalStack:
@@ -35,8 +38,10 @@ class LocalStack:
         self.pki = make_pki(self.run_dir / "pki", clients=[RECORDER])
         self.credentials = {d: secrets.token_urlsafe(12) for d in devices}
         self.recorder_login = (RECORDER, secrets.token_urlsafe(12))
+        self.baseline_login = (BASELINE, secrets.token_urlsafe(12))
         users = dict(self.credentials)
         users[RECORDER] = self.recorder_login[1]
+        users[BASELINE] = self.baseline_login[1]
         opts = {"persistence": True, "extra": ["max_queued_messages 0"]}
         opts.update(broker_options or {})
         self.broker = Mosquitto(self.run_dir / "broker", port=port, certfile=self.pki.server.cert,

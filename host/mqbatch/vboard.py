@@ -20,6 +20,7 @@ import threading
 import time
 
 from mqbatch.paths import micropython_exe
+from mqbatch.procs import end_process
 
 
 class VirtualBoard:
@@ -39,6 +40,10 @@ class VirtualBoard:
         if not socat:
             raise FileNotFoundError("socat not found (make setup installs it)")
         mp = [str(micropython_exe())] + (["-X", f"heapsize={self.heapsize}"] if self.heapsize else [])
+        for part in mp + [str(self.tty)]:
+            if any(c in part for c in " ,:!\"'\\"):
+                raise ValueError(f"socat cannot take {part!r} in an address: move the repo or board "
+                                 "directory to a path without spaces, commas, colons, quotes or backslashes")
         inner = " ".join(mp + ["-i", "main.py"])
         return [socat, f"pty,raw,echo=0,link={self.tty}",
                 f"exec:{inner},pty,raw,echo=0,isig=1,setsid,ctty"]
@@ -49,6 +54,8 @@ class VirtualBoard:
             while not self._stop.is_set():
                 env = dict(os.environ, MICROPYPATH=".frozen")
                 with self._lock:
+                    if self._stop.is_set():
+                        break           # stop() came between the check above and here
                     self.boots += 1
                     self._proc = subprocess.Popen(self._command(), cwd=self.flash_dir, env=env,
                                                   stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -80,16 +87,11 @@ class VirtualBoard:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        self._stop.set()
         with self._lock:
+            self._stop.set()
             proc = self._proc
-        if proc and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc:
+            end_process(proc, timeout=5)
         if self._thread:
             self._thread.join(10)
 

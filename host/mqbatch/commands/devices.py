@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{dev}: exit {codes[dev]}, boot {s['boot']}, sampled {s['sampled']}, "
                           f"acked {s['acked_records']}/{s['stored_records']}, outbox {s['outbox_depth']}, "
                           f"dropped {s['dropped_total']}, reconnects {s['reconnects']}")
-            return 0 if all(c == 0 for c in codes.values()) and len(sums) == len(ids) else 1
+            ok = all(codes[d] == 0 and d in sums and not sums[d]["outbox_depth"] for d in ids)
+            if not ok:
+                print("devices: not every device finished with an empty outbox (see above)", file=sys.stderr)
+            return 0 if ok else 1
     except DeviceError as e:
         print(f"devices: {e}", file=sys.stderr)
         return 1
