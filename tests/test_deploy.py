@@ -35,7 +35,8 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
         assert proc.returncode == 0, proc.stderr + proc.stdout
         assert "verified" in proc.stdout and "board reset" in proc.stdout
         # what landed on the board is exactly the build, byte for byte
-        built = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "build").iterdir()}
+        built = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "build").iterdir()
+                 if not p.name.startswith(".")}        # .mqbatch-build marks the folder, stays on the host
         assert {"main.py", "mqb_app.mpy", "mqb_board.mpy", "mqb_codec.mpy", "config.json", "ca.pem"} <= set(built)
         landed = {n: hashlib.sha256((flash / n).read_bytes()).hexdigest() for n in built}
         assert landed == built
@@ -48,6 +49,19 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
         assert res.status == codec.OK
         recs = [records.parse(x) for x in res.messages]
         assert all(r.boot == 1 for r in recs)     # first boot of this board's flash
+
+
+def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"device_id": "d", "broker": {"host": "h"}, "topic": "t"}))
+    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
+                           "--config", str(cfg), "--build-dir", str(mine)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "not made by mqbatch" in proc.stderr
+    assert (mine / "thesis.tex").read_text() == "precious"
 
 
 def test_deploy_reports_bad_config_and_port(tmp_path):
