@@ -43,7 +43,7 @@ def defaults():
         "qos": 1,
         "sample_hz": 10,
         "record_format": "binary",
-        # flush.max_bytes: each of the two batch buffers is max_bytes + ~90 bytes of RAM
+        # flush.max_bytes: RAM for two batch buffers of max_bytes + header room (main.py: + 160 bytes)
         "flush": {"max_count": 100, "max_bytes": 4096, "max_age_ms": 5000},
         # outbox RAM index: segments x max_entries x 7 bytes (docs/outbox.md)
         "outbox": {"segment_bytes": 16384, "segments": 8, "max_entries": 32, "policy": "drop_oldest"},

@@ -43,7 +43,7 @@ class DeviceError(RuntimeError):
 
 # Config a virtual device starts from (under what the caller passes): sized for a
 # 64 KB heap (docs/application.md, Memory). flush.max_bytes: each of the two batch
-# buffers is max_bytes + ~90 bytes of RAM; outbox.max_entries: the outbox's RAM
+# buffers is max_bytes + 160 bytes of RAM (main.py); outbox.max_entries: the outbox's RAM
 # index is segments x max_entries x 7 bytes (batches of ~2 KB: 7-8 per 16 KB segment).
 DEVICE_DEFAULTS = {"flush": {"max_bytes": 2048}, "outbox": {"max_entries": 16}}
 
