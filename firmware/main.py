@@ -26,8 +26,11 @@ del cfg, f
 buffers = (bytearray(size), bytearray(size))
 ctx = None
 if use_tls:
-    import tls     # MicroPython's TLS module, as mqb_transport uses it
-    ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+    try:
+        import tls     # MicroPython's TLS module, as mqb_transport uses it
+        ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+    except ImportError:
+        ctx = None     # a port without TLS: mqb_transport.Transport says so, with the way out
 
 import mqb_app
 
