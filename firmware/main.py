@@ -34,4 +34,13 @@ if use_tls:
 
 import mqb_app
 
-mqb_app.main(buffers=buffers, ssl_context=ctx)
+try:
+    mqb_app.main(buffers=buffers, ssl_context=ctx)
+except Exception as e:       # anything the application could not handle: log it and reboot
+    import sys
+    import time
+    import mqb_board
+    sys.print_exception(e)
+    print("mqb: fatal error, restarting the board in 5 s:", repr(e))
+    time.sleep(5)            # no reboot loop at full speed
+    mqb_board.reset(1)

@@ -26,7 +26,7 @@ import mqb_packet as P
 import mqb_record as R
 from mqb_boot import BootCounter
 from mqb_client import BUSY, SESSION_LOST, Client, MQTTError
-from mqb_codec import FULL, BatchEncoder
+from mqb_codec import FULL, BatchEncoder, vbi_read, vbi_size
 from mqb_outbox import CORRUPT, TOO_SMALL, UNKNOWN, Outbox
 from mqb_outbox import FULL as OUTBOX_FULL
 from mqb_transport import TransportError
@@ -202,6 +202,8 @@ class App:
         self.next_connect = now
         self.hold_until = now
         self.backoff_n = 0
+        self.connected_at = now
+        self._resend_pending = False
         self.cursor = -1           # highest outbox id sent on this connection
         self.sampling = True
         self.paused = False        # outbox full with policy "stop"
@@ -323,34 +325,21 @@ class App:
             self.clock.set_from_rtc(True)
         try:
             present = c.connect()
-        except (MQTTError, TransportError) as e:
-            self._failed(e, now)
-            return
-        if self.count[_CONNECTS]:
-            self.count[_RECONNECTS] += 1
-        self.count[_CONNECTS] += 1
-        self.backoff_n = 0
-        self.cursor = -1
-        # batches must fit the broker's Maximum Packet Size from now on
-        try:
+            if self.count[_CONNECTS]:
+                self.count[_RECONNECTS] += 1
+            self.count[_CONNECTS] += 1
+            self.connected_at = now
+            self.cursor = -1
+            # batches must fit the broker's Maximum Packet Size from now on (MQTTError
+            # if its limit leaves no room for a batch at all)
             c.apply_budget(self.enc, self.topic, self.qos)
             c.apply_budget(self.out, self.topic, self.qos)
-        except MQTTError as e:          # the broker's limit leaves no room for a batch
+            self._resend_pending = present   # _drain() sends them first, within Receive Maximum
+            self._measure_live()
+            log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
+                % (present, c.limit, c.max_send_size, self.enc.limit))
+        except (MQTTError, TransportError) as e:
             self._failed(e, now)
-            return
-        self._measure_live()
-        log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
-            % (present, c.limit, c.max_send_size, self.enc.limit))
-        if present:
-            for pid in c.pending_resend():
-                i = self._slot(pid)
-                eid = self._eid[i] if i >= 0 else -1
-                if eid < 0 or self._load(eid) < 0:
-                    c.abandon(pid)
-                    if i >= 0:
-                        self._eid[i] = -1
-                    continue
-                self._publish(eid, pid)
 
     def _failed(self, e, now):
         """A connection attempt or an established link failed: log the reason code, back off."""
@@ -364,6 +353,8 @@ class App:
             self.count[_LAST_ERROR] = -abs(code) if isinstance(code, int) and code else -1
         if self.client.connected:
             self.client.drop()
+        if self.backoff_n and time.ticks_diff(now, self.connected_at) > 30000:
+            self.backoff_n = 0       # the link had been up a while: start the backoff again
         log("link: %s; retry in %d ms" % (e, self._backoff(now)))
 
     def _use_server(self, ref):
@@ -386,41 +377,67 @@ class App:
         return False
 
     def _load(self, eid):
-        """Read a stored batch into the send buffer; its length, or < 0 if it is gone."""
+        """Read a stored batch into the send buffer; its length, or < 0 if it cannot be
+        sent now (gone, corrupt, or re-stored in smaller batches)."""
         n = self.outbox.read(eid, self.out_view)
         if n == CORRUPT:
             log("outbox entry %d failed its CRC: discarded, records counted dropped" % eid)
             return n
-        if n == TOO_SMALL or n == UNKNOWN:
+        if n == UNKNOWN:
             return n
+        if n == TOO_SMALL:
+            # stored with a larger flush.max_bytes than this boot's: read it into a
+            # scratch buffer and store it again in batches that fit
+            h = self.out.headroom
+            try:
+                scratch = bytearray(h + self.outbox.entry_bytes)
+            except MemoryError:
+                log("outbox entry %d is larger than the send buffer and no scratch buffer fits in RAM: "
+                    "kept, tried again on the next connection" % eid)
+                return TOO_SMALL
+            return self._split(eid, self.outbox.read(eid, memoryview(scratch)[h:]), scratch)
         if n > self.out.limit:
-            return self._split(eid, n)
+            return self._split(eid, n, self.out.buf)
         self.out.load(n, self.outbox.entry_records)
         return n
 
-    def _split(self, eid, n):
-        """A stored batch larger than the broker now allows: store its sub-messages
-        again as smaller batches, then remove the original. Nothing is dropped."""
+    def _split(self, eid, n, buf):
+        """A stored batch (its n payload bytes at buf[headroom:]) larger than this
+        connection allows: store its sub-messages again as batches that fit, then
+        remove the original. Nothing is dropped. If the outbox refuses a part (policy
+        stop, outbox full), the original is kept and sent whole later; the parts
+        already stored then arrive twice, which downstream de-duplication absorbs."""
         ob = self.outbox
         boot, seq = ob.entry_boot, ob.entry_first_seq
-        buf = self.out.buf
         h = self.out.headroom
-        part = BatchEncoder(bytearray(h + self.out.limit), h, self.out.max_count, self.out.limit)
+        limit = min(self.out.limit, ob.max_payload)
+        try:
+            part = BatchEncoder(bytearray(h + limit), h, self.out.max_count, limit)
+        except MemoryError:
+            log("outbox entry %d (%d bytes) needs splitting but no buffer fits in RAM: kept" % (eid, n))
+            return TOO_SMALL
         pos, end = h, h + n
-        from mqb_codec import vbi_read, vbi_size
         while pos < end:
             k = vbi_read(buf, pos, end)
+            if k < 0:
+                ob.discard(eid)      # the entry passed its CRC, so this cannot happen unless RAM is corrupt
+                log("outbox entry %d holds a malformed batch: discarded, records counted dropped" % eid)
+                return CORRUPT
             start = pos + vbi_size(k)
             if not part.add(memoryview(buf)[start:start + k]):
-                ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1)
+                if ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
+                    log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
+                    return TOO_SMALL
                 seq += part.count
                 part.reset()
                 part.add(memoryview(buf)[start:start + k])
             pos = start + k
-        if part.count:
-            ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1)
+        if part.count and ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
+            log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
+            return TOO_SMALL
         ob.ack(eid)
-        log("outbox entry %d (%d bytes) exceeded the broker's limit: re-stored in smaller batches" % (eid, n))
+        log("outbox entry %d (%d bytes) exceeded this connection's limit (%d): re-stored in smaller batches"
+            % (eid, n, limit))
         return -1
 
     def _publish(self, eid, resend_pid=0):
@@ -442,9 +459,30 @@ class App:
                 return True
         raise RuntimeError("in-flight table full: client allowed more than receive_max")
 
-    def _drain(self, now):
-        """Send stored batches, oldest first, while Receive Maximum allows."""
+    def _resend(self):
+        """After a resumed session, publish again (DUP=1, same packet id) what the broker
+        had not acknowledged. False while Receive Maximum holds some of them back."""
         c = self.client
+        for pid in c.pending_resend():
+            i = self._slot(pid)
+            eid = self._eid[i] if i >= 0 else -1
+            if eid < 0 or self._load(eid) < 0:
+                c.abandon(pid)           # its data is gone or was re-stored: nothing to resend
+                if i >= 0:
+                    self._eid[i] = -1
+                continue
+            if not self._publish(eid, pid):
+                return False
+        return True
+
+    def _drain(self, now):
+        """Send stored batches, oldest first, while Receive Maximum allows: first the
+        resends of a resumed session (the client takes nothing new before them)."""
+        c = self.client
+        if self._resend_pending:
+            if not self._resend():
+                return
+            self._resend_pending = False
         if time.ticks_diff(now, self.hold_until) < 0:
             return
         while c.connected and c.inflight < c.limit:
@@ -479,6 +517,7 @@ class App:
                     % (eid, self.count[_UNHEARD]))
             return
         if code < 0x80:
+            self.backoff_n = 0          # the link carries data: reconnect promptly next time
             n = self.outbox.records(eid)
             if self.outbox.ack(eid) == 0:
                 self.count[_ACKED_BATCHES] += 1
@@ -545,7 +584,8 @@ class App:
     def stop_sampling(self):
         """Stop sampling and store the open batch (the run is ending)."""
         if self.sampling:
-            self._health()
+            if self.health_ms:
+                self._health()
             self.sampling = False
             self._seal()
 
@@ -587,7 +627,8 @@ class App:
                 "wire_bytes": self.wire_bytes, "reconnects": c[_RECONNECTS], "last_error": c[_LAST_ERROR],
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
-                "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq}
+                "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
+                "drained": self.idle()}
 
 
 def log(msg):
@@ -599,3 +640,6 @@ def main(cfg=None, buffers=None, ssl_context=None):
     buffers and ssl_context as for App (main.py)."""
     app = App(make_config(cfg) if cfg is not None else load_config(), buffers=buffers, ssl_context=ssl_context)
     app.run()
+    if not app.idle():
+        # a finite run (run_for_s) ended with batches not delivered: say so in the exit status
+        raise SystemExit(1)

@@ -25,7 +25,7 @@ OK = 0
 FULL = -1       # append: policy "stop" and no room; nothing was written
 UNKNOWN = -2    # no pending entry with this id (never appended, acked, or dropped)
 CORRUPT = -3    # read: the entry failed its check on flash; discarded, records counted dropped
-TOO_SMALL = -4  # read: the entry is larger than the caller's buffer; nothing changed
+TOO_SMALL = -4  # read: the entry is larger than the caller's buffer (its size: entry_bytes); nothing changed
 
 DROP_OLDEST = "drop_oldest"
 STOP = "stop"
@@ -140,6 +140,7 @@ class Outbox:
         self.dropped_since_open = 0
         # metadata of the entry last read()
         self.entry_records = 0
+        self.entry_bytes = 0        # payload size of the entry a read() found TOO_SMALL
         self.entry_boot = 0
         self.entry_first_seq = 0
         self.entry_last_seq = 0
@@ -254,7 +255,7 @@ class Outbox:
         """Read a pending entry's payload into dest[0:n] (bytearray or memoryview
         the caller owns) and return n; its metadata is then in entry_records,
         entry_boot, entry_first_seq, entry_last_seq. Returns UNKNOWN, TOO_SMALL
-        (nothing changed), or CORRUPT (the stored entry failed its check: it is
+        (nothing changed but entry_bytes, the payload size), or CORRUPT (the stored entry failed its check: it is
         discarded and its records counted as dropped).
         verify checks the payload CRC; it allocates one memoryview unless
         len(dest) equals the payload length (docs/outbox.md)."""
@@ -269,6 +270,7 @@ class Outbox:
             return self._corrupt(s, eid)
         n = _u32(hdr, 0)
         if n > len(dest):
+            self.entry_bytes = n
             return TOO_SMALL
         if f.readinto(dest, n) != n:
             return self._corrupt(s, eid)

@@ -141,7 +141,7 @@ def test_device_refused_by_acl_on_foreign_topic_reports_it(mosquitto, subscriber
     with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
         fleet.start()
-        fleet.wait(60)
+        assert fleet.wait(60) == {"dev-001": 0}
         s = fleet.summaries()["dev-001"]
         console = fleet.console("dev-001")
     # Mosquitto answers an ACL-denied QoS 1 PUBLISH with PUBACK 0x87 (Not authorized)
@@ -201,7 +201,7 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
         before_kill = fleet.stored()
         broker.start()
         fleet.start_device("dev-001")    # reboot: boot 2 resends boot 1's outbox
-        fleet.wait(90)
+        assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
         console = fleet.console("dev-001")
     got, dups, _ = delivered(sub.settle())
@@ -212,3 +212,58 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
     print(f"SIGKILL test: {len(before_kill)} records stored before the kill, all delivered; "
           f"{len(dups)} duplicates delivered (allowed)")
 
+
+
+def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosquitto, pki, tmp_path):
+    """Mosquitto answers PUBACK 0x10 when nobody subscribes (e.g. the recorder's shared
+    subscription is not back yet after a restart): a success code in MQTT, but the
+    batch reached nobody. The device keeps it and sends it again; nothing is lost."""
+    creds = {"dev-001": "pw-1"}
+    broker = secured_broker(mosquitto, creds)
+    cfg = fleet_config(run_for_s=8, drain_timeout_s=40, backoff={"initial_ms": 200, "max_ms": 1000})
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert,
+               config=cfg) as fleet:
+        fleet.start()
+        time.sleep(4)                       # no subscriber yet: every PUBACK so far is 0x10
+        sub = DurableSubscriber(broker, pki)
+        assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
+        s = fleet.summaries()["dev-001"]
+        stored = fleet.stored()
+        console = fleet.console("dev-001")
+    got, _, _ = delivered(sub.settle())
+    sub.close()
+    assert s["no_subscribers"] >= 1 and "No matching subscribers" in console, console[-2000:]
+    assert stored and stored <= got, f"lost: {sorted(stored - got)[:5]}"
+    assert s["drained"] and s["dropped_total"] == 0
+
+
+def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto, pki, tmp_path):
+    """A device reboots with a smaller flush.max_bytes than the batches in its outbox:
+    they are read into a scratch buffer and stored again in batches that fit."""
+    import json
+    creds = {"dev-001": "pw-1"}
+    broker = secured_broker(mosquitto, creds)
+    sub = DurableSubscriber(broker, pki)
+    broker.stop()                           # first run: nothing can be sent, big batches pile up
+    cfg = fleet_config(sample_hz=50, run_for_s=4, drain_timeout_s=1,
+                       flush={"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000})
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert,
+               config=cfg) as fleet:
+        fleet.start()
+        assert fleet.wait(60) == {"dev-001": 1}          # ended with an undelivered outbox: exit 1
+        first = fleet.summaries()["dev-001"]
+        assert first["outbox_depth"] >= 2 and not first["drained"]
+        path = fleet.dir("dev-001") / "config.json"
+        conf = json.loads(path.read_text())
+        conf["flush"]["max_bytes"] = 512
+        conf.update(run_for_s=1, drain_timeout_s=40)
+        path.write_text(json.dumps(conf))
+        broker.start()
+        fleet.start_device("dev-001")
+        assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
+        stored = fleet.stored()
+        console = fleet.console("dev-001")
+    got, _, _ = delivered(sub.settle())
+    sub.close()
+    assert "re-stored in smaller batches" in console, console[-3000:]
+    assert stored <= got, f"lost: {sorted(stored - got)[:5]}"

@@ -43,5 +43,6 @@ def flash_dir():
     return "/"
 
 
-def reset():
+def reset(code=0):
+    """Restart the board (code: the Unix port's exit status; ignored here)."""
     machine.reset()

@@ -61,7 +61,8 @@ def flash_dir():
     return os.getcwd()
 
 
-def reset():
-    # The Unix port cannot reset itself: exit, and the virtual-board supervisor
-    # (mqbatch vboard) starts the interpreter again, as a power cycle would.
-    sys.exit(0)
+def reset(code=0):
+    # The Unix port cannot reset itself: exit (with `code`: 1 after a crash), and the
+    # virtual-board supervisor (mqbatch.vboard) starts the interpreter again, as a
+    # power cycle would.
+    sys.exit(code)
