@@ -31,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("--outage-s", type=float, default=d.outage_s, help="length of the injected broker outage")
     p.add_argument("--cut-s", type=float, default=d.cut_s, help="length of the injected network cut")
     p.add_argument("--run-dir", default=str(d.run_dir), help="working directory (wiped at start)")
-    p.add_argument("--heapsize", default=d.heapsize, help="MicroPython heap per device (default: unlimited)")
+    p.add_argument("--heapsize", default=d.heapsize,
+                   help=f"MicroPython heap per device (default {d.heapsize}, the heap the firmware is measured in)")
     p.add_argument("--no-baseline", action="store_true", help="skip the per-record PUBLISH baseline")
     p.set_defaults(func=run)
