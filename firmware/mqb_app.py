@@ -202,6 +202,7 @@ class App:
         self.next_connect = now
         self.hold_until = now
         self.backoff_n = 0
+        self.hold_n = 0            # refusals (0x10, transient codes) in a row
         self.connected_at = now
         self._resend_pending = False
         self.cursor = -1           # highest outbox id sent on this connection
@@ -518,6 +519,7 @@ class App:
             return
         if code < 0x80:
             self.backoff_n = 0          # the link carries data: reconnect promptly next time
+            self.hold_n = 0
             n = self.outbox.records(eid)
             if self.outbox.ack(eid) == 0:
                 self.count[_ACKED_BATCHES] += 1
@@ -536,9 +538,13 @@ class App:
                 % (eid, code, P.reason_name(code), reason, n))
 
     def _retry_later(self):
-        """Send every pending batch again, from the oldest, after a pause."""
+        """Send every pending batch again, from the oldest, after a pause that doubles
+        with each refusal in a row (up to backoff.max_ms): a broker that keeps answering
+        0x10 or 0x97 is not flooded with resends."""
         self.cursor = -1
-        self.hold_until = time.ticks_add(time.ticks_ms(), self.backoff_ms << 2)
+        delay = self.backoff_ms << min(self.hold_n, 16)
+        self.hold_until = time.ticks_add(time.ticks_ms(), min(delay, self.backoff_max_ms))
+        self.hold_n += 1
 
     def _network(self, now):
         c = self.client
