@@ -346,7 +346,7 @@ class App:
         """A connection attempt or an established link failed: log the reason code, back off."""
         if isinstance(e, MQTTError):
             self.count[_LAST_ERROR] = e.code
-            ref = getattr(e, "server_reference", None)
+            ref = e.server_reference
             if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
         else:

@@ -45,10 +45,12 @@ class MQTTError(Exception):
     code: the MQTT 5 reason code (e.g. 0x87); packet: where it came from
     ("CONNACK", "DISCONNECT", "PUBLISH", ...); reason: the broker's Reason
     String or None; detail: what the client saw (server reference, sizes...);
-    local: True if the client detected it (nothing from the broker said so).
+    local: True if the client detected it (nothing from the broker said so);
+    server_reference: the broker's Server Reference (CONNACK or DISCONNECT, e.g.
+    with 0x9C Use another server / 0x9D Server moved) or None.
     """
 
-    def __init__(self, code, packet, reason=None, detail=None, local=False):
+    def __init__(self, code, packet, reason=None, detail=None, local=False, server_reference=None):
         msg = "%s %s 0x%02X %s" % ("client-side" if local else "broker", packet, code, P.reason_name(code))
         if reason:
             msg += ": reason string %r" % reason
@@ -60,6 +62,7 @@ class MQTTError(Exception):
         self.reason = reason
         self.detail = detail
         self.local = local
+        self.server_reference = server_reference
 
 
 def _b(s):
@@ -203,8 +206,9 @@ class Client:
             self.transport.close()
             if r == P.BAD_USERNAME_OR_PASSWORD or r == P.NOT_AUTHORIZED:
                 self._has_session = False
-            ref = ("server reference %r" % ca.server_reference) if ca.server_reference else None
-            raise MQTTError(r, "CONNACK", ca.reason_string, ref)
+            ref = ca.server_reference
+            raise MQTTError(r, "CONNACK", ca.reason_string, ("server reference %r" % ref) if ref else None,
+                            server_reference=ref)
         if ca.session_present and (clean_start or not self._has_session):
             self.transport.close()
             why = ("Session Present with Clean Start: protocol error [MQTT-3.2.2-2]" if clean_start else
@@ -527,7 +531,8 @@ class Client:
             reason = P.prop_string(rx, p, n, P.P_REASON_STRING)
             ref = P.prop_string(rx, p, n, P.P_SERVER_REFERENCE)
             self._closed()
-            raise MQTTError(r, "DISCONNECT", reason, ("server reference %r" % ref) if ref else None)
+            raise MQTTError(r, "DISCONNECT", reason, ("server reference %r" % ref) if ref else None,
+                            server_reference=ref)
         else:
             self._fail(P.PROTOCOL_ERROR, "unexpected %s (packet byte 0x%02X) from the broker; this client "
                        "only publishes" % (P.packet_name(t), first))

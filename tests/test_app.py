@@ -267,3 +267,33 @@ def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto,
     sub.close()
     assert "re-stored in smaller batches" in console, console[-3000:]
     assert stored <= got, f"lost: {sorted(stored - got)[:5]}"
+
+
+def test_disconnect_0x9c_use_another_server_moves_the_device(mosquitto, subscriber, tmp_path):
+    """A broker that answers DISCONNECT 0x9C Use another server with a Server Reference
+    sends the device to that server (a fake first server, a real Mosquitto second)."""
+    from test_mqtt_fake_server import CONNACK_OK, FakeServer, packet, props, string
+    target = mosquitto(tls=False)
+    sub = subscriber(target, "mqbatch/#")
+    ref = f"127.0.0.1:{target.port}"
+
+    def move_on(c):
+        c.expect(1)                                   # CONNECT
+        c.send(CONNACK_OK)
+        c.send(packet(0xE0, b"\x9c" + props(string(0x1F, "maintenance"), string(0x1C, ref))))
+
+    fake = FakeServer([move_on])
+    try:
+        with Fleet(tmp_path / "fleet", "127.0.0.1", fake.port, credentials={"dev-001": "pw"}, tls=False,
+                   config=fleet_config(run_for_s=3)) as fleet:
+            fleet.start()
+            assert fleet.wait(60) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
+            s = fleet.summaries()["dev-001"]
+            stored = fleet.stored()
+            console = fleet.console("dev-001")
+    finally:
+        fake.close()
+    assert f"server reference: next connect goes to {ref}" in console, console[-2000:]
+    assert "0x9C" in console and "maintenance" in console
+    got, _, _ = delivered(sub.settle(quiet=1.0))
+    assert stored and stored <= got

@@ -253,7 +253,7 @@ def test_every_disconnect_reason_code(tmp_path):
     for code, e in enumerate(ev):
         if code in DISCONNECT_CODES:
             assert (e["code"], e["packet"], e["local"], e["reason"]) == (code, "DISCONNECT", False, f"bye-{code:02x}")
-            assert "server reference 'b.example'" in e["message"]
+            assert "server reference 'b.example'" in e["message"] and e["server_reference"] == "b.example"
         else:
             assert (e["code"], e["local"]) == (0x81, True), (code, e)
     named = {0x8E: "Session taken over", 0x95: "Packet too large", 0x9C: "Use another server"}

@@ -184,7 +184,8 @@ def main():
         except (MQTTError, TransportError, ValueError, TypeError) as e:
             ev = dict(event="error", step=name, type=type(e).__name__, message=str(e))
             if isinstance(e, MQTTError):
-                ev.update(code=e.code, packet=e.packet, reason=e.reason, detail=e.detail, local=e.local)
+                ev.update(code=e.code, packet=e.packet, reason=e.reason, detail=e.detail, local=e.local,
+                          server_reference=e.server_reference)
             if isinstance(e, TLSError):
                 ev.update(kind=e.kind)
             emit(**ev)
