@@ -6,19 +6,12 @@ from __future__ import annotations
 import signal
 import time
 
-import ssl
-import threading
 
 import pytest
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from mqbatch import codec, records
 from mqbatch.devices import Fleet
-from mqbatch_testing.broker import Received
 
 READER = ("reader", "reader-pw")
 ACL = "user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n"
@@ -48,53 +41,10 @@ def delivered(messages) -> tuple[set, list, dict]:
     return seen, dups, kinds
 
 
-class DurableSubscriber:
-    """A paho-mqtt MQTT 5 subscriber with a persistent session (Clean Start 0 always,
-    Session Expiry 600 s), so that messages published while it is away (e.g. while
-    the broker restarts) are queued for it: the witness of what arrived. Clean Start
-    is 0 even on the first connect because Mosquitto 2.0 persists to disk only the
-    sessions of clients whose CONNECT had Clean Start 0."""
-
-    def __init__(self, broker, pki, topic="mqbatch/#", client_id="durable-reader"):
-        self.messages: list[Received] = []
-        self._lock = threading.Lock()
-        self._subscribed = threading.Event()
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-        c.tls_set(ca_certs=str(pki.ca_cert), cert_reqs=ssl.CERT_REQUIRED)
-        c.username_pw_set(*READER)
-        c.reconnect_delay_set(0.2, 1)
-        c.on_connect = lambda cl, u, f, rc, p: (not f.session_present) and cl.subscribe(topic, qos=1)
-        c.on_subscribe = lambda *a: self._subscribed.set()
-        c.on_message = self._on_message
-        props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = 600
-        c.connect(broker.host, broker.port, keepalive=5, clean_start=False,
-                  properties=props)
-        c.loop_start()
-        assert self._subscribed.wait(10), "durable subscriber could not subscribe"
-        self.client = c
-
-    def _on_message(self, client, userdata, msg):
-        p = msg.properties
-        with self._lock:
-            self.messages.append(Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain),
-                                          list(getattr(p, "UserProperty", []) or [])))
-
-    def settle(self, quiet=2.0, timeout=30.0):
-        deadline = time.monotonic() + timeout
-        n = -1
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.messages) == n:
-                    break
-                n = len(self.messages)
-            time.sleep(quiet)
-        with self._lock:
-            return list(self.messages)
-
-    def close(self):
-        self.client.disconnect()
-        self.client.loop_stop()
+def durable_subscriber(subscriber, broker):
+    """The witness: a persistent-session subscriber (see mqbatch_testing.broker.Subscriber)."""
+    return subscriber(broker, "mqbatch/#", username=READER[0], password=READER[1], client_id="durable-reader",
+                      persistent=True)
 
 
 def fleet_config(**over):
@@ -155,7 +105,7 @@ def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber,
     The 10-minute version is tools/soak_app.py (docs/application.md, Memory)."""
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
-    sub = DurableSubscriber(broker, pki)
+    sub = durable_subscriber(subscriber, broker)
     cfg = fleet_config(sample_hz=10, run_for_s=45, drain_timeout_s=60, health_every_s=5)
     with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
@@ -169,7 +119,7 @@ def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber,
         s = fleet.summaries().get("dev-001", {})
         stored = fleet.stored()
         console = fleet.console("dev-001")
-    got, dups, kinds = delivered(sub.settle())
+    got, dups, kinds = delivered(sub.settle(quiet=2.0, timeout=30))
     sub.close()
     assert codes == {"dev-001": 0} and "MemoryError" not in console, console[-3000:]
     assert s["reconnects"] >= 1, console
@@ -188,7 +138,7 @@ def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber,
 def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto, subscriber, pki, tmp_path):
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
-    sub = DurableSubscriber(broker, pki)
+    sub = durable_subscriber(subscriber, broker)
     # batches sealed every 5 records at 50 Hz: the outbox is written ~10 times a second
     cfg = fleet_config(sample_hz=50, run_for_s=6, flush={"max_count": 5, "max_bytes": 2048, "max_age_ms": 1000})
     with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
@@ -204,7 +154,7 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
         assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
         console = fleet.console("dev-001")
-    got, dups, _ = delivered(sub.settle())
+    got, dups, _ = delivered(sub.settle(quiet=2.0, timeout=30))
     sub.close()
     assert {b for _, b, _ in before_kill} == {1} and len(before_kill) >= 20, console
     assert before_kill <= got, f"lost after SIGKILL: {sorted(before_kill - got)[:5]}"
@@ -213,8 +163,7 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
           f"{len(dups)} duplicates delivered (allowed)")
 
 
-
-def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosquitto, pki, tmp_path):
+def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosquitto, subscriber, pki, tmp_path):
     """Mosquitto answers PUBACK 0x10 when nobody subscribes (e.g. the recorder's shared
     subscription is not back yet after a restart): a success code in MQTT, but the
     batch reached nobody. The device keeps it and sends it again; nothing is lost."""
@@ -225,25 +174,25 @@ def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosqui
                config=cfg) as fleet:
         fleet.start()
         time.sleep(4)                       # no subscriber yet: every PUBACK so far is 0x10
-        sub = DurableSubscriber(broker, pki)
+        sub = durable_subscriber(subscriber, broker)
         assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
         stored = fleet.stored()
         console = fleet.console("dev-001")
-    got, _, _ = delivered(sub.settle())
+    got, _, _ = delivered(sub.settle(quiet=2.0, timeout=30))
     sub.close()
     assert s["no_subscribers"] >= 1 and "No matching subscribers" in console, console[-2000:]
     assert stored and stored <= got, f"lost: {sorted(stored - got)[:5]}"
     assert s["drained"] and s["dropped_total"] == 0
 
 
-def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto, pki, tmp_path):
+def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto, subscriber, pki, tmp_path):
     """A device reboots with a smaller flush.max_bytes than the batches in its outbox:
     they are read into a scratch buffer and stored again in batches that fit."""
     import json
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
-    sub = DurableSubscriber(broker, pki)
+    sub = durable_subscriber(subscriber, broker)
     broker.stop()                           # first run: nothing can be sent, big batches pile up
     cfg = fleet_config(sample_hz=50, run_for_s=4, drain_timeout_s=1,
                        flush={"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000})
@@ -263,7 +212,7 @@ def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto,
         assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         stored = fleet.stored()
         console = fleet.console("dev-001")
-    got, _, _ = delivered(sub.settle())
+    got, _, _ = delivered(sub.settle(quiet=2.0, timeout=30))
     sub.close()
     assert "re-stored in smaller batches" in console, console[-3000:]
     assert stored <= got, f"lost: {sorted(stored - got)[:5]}"

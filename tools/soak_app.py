@@ -18,77 +18,31 @@ import argparse
 import json
 import pathlib
 import shutil
-import ssl
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
-from mqbatch import codec, records
-from mqbatch.devices import Fleet
-from mqbatch.netcut import Relay
-from mqbatch.stack import LocalStack
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))     # the reference subscriber of the tests
+
+from mqbatch import codec, records  # noqa: E402
+from mqbatch.devices import Fleet  # noqa: E402
+from mqbatch.netcut import Relay  # noqa: E402
+from mqbatch.stack import LocalStack  # noqa: E402
+from mqbatch_testing.broker import Subscriber  # noqa: E402
 
 DEV = "dev-001"
-
-
-class Witness:
-    """Subscriber with a persistent session: what the broker queued during an outage arrives after it."""
-
-    def __init__(self, host, port, ca, login):
-        self.payloads: list[tuple[str, bytes, list]] = []
-        self._lock = threading.Lock()
-        subscribed = threading.Event()
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="soak-witness", protocol=mqtt.MQTTv5)
-        c.tls_set(ca_certs=str(ca), cert_reqs=ssl.CERT_REQUIRED)
-        c.username_pw_set(*login)
-        c.reconnect_delay_set(0.2, 1)
-        c.on_connect = lambda cl, u, f, rc, p: (not f.session_present) and cl.subscribe("mqbatch/#", qos=1)
-        c.on_subscribe = lambda *a: subscribed.set()
-        c.on_message = self._on_message
-        props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = 3600
-        c.connect(host, port, keepalive=5, clean_start=False, properties=props)
-        c.loop_start()
-        if not subscribed.wait(10):
-            raise RuntimeError("witness could not subscribe")
-        self.client = c
-
-    def _on_message(self, client, userdata, msg):
-        props = list(getattr(msg.properties, "UserProperty", []) or [])
-        with self._lock:
-            self.payloads.append((msg.topic, bytes(msg.payload), props))
-
-    def settle(self, quiet=2.0, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        n = -1
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.payloads) == n:
-                    break
-                n = len(self.payloads)
-            time.sleep(quiet)
-        with self._lock:
-            return list(self.payloads)
-
-    def close(self):
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 def delivered(payloads):
     """(boot, seq) of each record delivered, the number of duplicates, and the free_heap of each health record."""
     seen, dups, free = set(), 0, []
-    for topic, payload, props in payloads:
-        if not topic.endswith("/telemetry"):
+    for m in payloads:
+        if not m.topic.endswith("/telemetry"):
             continue
-        res = codec.decode(props, payload, topic=topic)
+        res = codec.decode(m.user_properties, m.payload, topic=m.topic)
         if res.status != codec.OK:
             raise RuntimeError(f"undecodable batch: {res.log}")
         for sub in res.messages:
@@ -119,7 +73,8 @@ def main(argv=None) -> int:
     broker = stack.broker
     broker.start()
     relay = Relay(broker.host, broker.port).start()
-    witness = Witness(broker.host, broker.port, stack.ca_cert, stack.recorder_login)
+    witness = Subscriber(broker, "mqbatch/#", client_id="soak-witness", username=stack.recorder_login[0],
+                         password=stack.recorder_login[1], cafile=stack.ca_cert, persistent=True)
     cfg = {"sample_hz": a.sample_hz, "run_for_s": a.duration, "drain_timeout_s": 120, "health_every_s": 10,
            "backoff": {"initial_ms": 500, "max_ms": 5000}}
     fleet = Fleet(run_dir / "fleet", relay.host, relay.port, credentials=stack.credentials, ca=stack.ca_cert,
@@ -144,7 +99,7 @@ def main(argv=None) -> int:
         codes = fleet.wait(a.duration + 300)
     finally:
         fleet.stop()
-    payloads = witness.settle()
+    payloads = witness.settle(quiet=2.0, timeout=60)
     witness.close()
     relay.stop()
     broker.stop()

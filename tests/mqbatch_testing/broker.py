@@ -81,11 +81,17 @@ class Received:
 
 
 class Subscriber:
-    """paho-mqtt 2.x MQTT 5 client that records everything it receives."""
+    """paho-mqtt 2.x MQTT 5 client that records everything it receives.
+
+    persistent=True: Clean Start 0 on every connect (also the first: Mosquitto 2.0
+    writes to disk only the sessions of clients whose CONNECT had Clean Start 0) and
+    Session Expiry 600 s, with quick automatic reconnects, so that what is published
+    while it is away (a broker restart, a network cut) is queued for it: the witness
+    of "nothing lost" across outages."""
 
     def __init__(self, broker: Mosquitto, topic: str, qos: int = 1, *, client_id: str = "ref-subscriber",
                  username: str | None = None, password: str | None = None,
-                 cafile=None, certfile=None, keyfile=None, timeout: float = 10.0):
+                 cafile=None, certfile=None, keyfile=None, timeout: float = 10.0, persistent: bool = False):
         self.messages: list[Received] = []
         self._cond = threading.Condition()
         self._subscribed = threading.Event()
@@ -102,8 +108,11 @@ class Subscriber:
         self._topic, self._qos = topic, qos
         self.client = c
         props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = 0
-        c.connect(broker.host, broker.port, keepalive=30, clean_start=True, properties=props)
+        props.SessionExpiryInterval = 600 if persistent else 0
+        if persistent:
+            c.reconnect_delay_set(0.2, 1)
+        c.connect(broker.host, broker.port, keepalive=5 if persistent else 30, clean_start=not persistent,
+                  properties=props)
         c.loop_start()
         if not self._subscribed.wait(timeout):
             c.loop_stop()
@@ -111,8 +120,10 @@ class Subscriber:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         self.connack = (reason_code, properties)
-        if not reason_code.is_failure:
+        if not reason_code.is_failure and not flags.session_present:
             client.subscribe(self._topic, qos=self._qos)
+        elif flags.session_present:
+            self._subscribed.set()      # the subscription is part of the resumed session
 
     def _on_message(self, client, userdata, msg):
         p = msg.properties
