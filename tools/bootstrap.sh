@@ -40,7 +40,7 @@ fi
     echo "bootstrap: Python >= 3.11 required, found $("$PY" --version)" >&2; exit 1; }
 
 stamp=.venv/.mqbatch-stamp
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$( (cat pyproject.toml; "$PY" --version) | sha256sum | cut -d' ' -f1)   # rebuilt when either changes
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "bootstrap: creating .venv with pinned packages (pyproject.toml)"
     "$PY" -m venv .venv
