@@ -30,7 +30,7 @@ import sys
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -376,6 +376,10 @@ def options_from(args: argparse.Namespace) -> JobOptions:
 
 def session(master: str | None = None) -> SparkSession:
     """The job's session: --master, else what spark-submit set, else local[*]."""
+    # Start (or join) the JVM first: under spark-submit it holds spark-submit's
+    # settings (--master among them), which a SparkConf made before it cannot see;
+    # setting local[*] then would silently run a cluster submission locally.
+    SparkContext._ensure_initialized()
     conf = SparkConf()
     if master:
         conf.setMaster(master)
