@@ -3,6 +3,7 @@ import gc
 import json
 import struct
 import micropython
+from outbox_util import alloc_over   # bytes allocated by n calls, GC disabled
 from mqb_codec import (BatchEncoder, FULL, RecordTooLarge, VBI_INCOMPLETE, VBI_MALFORMED,
                        vbi_read, vbi_size, vbi_write)
 
@@ -105,18 +106,6 @@ def test_write_count_digits():
         assert bytes(buf[1:end]) == str(target).encode()
 
 
-def _measure_adds(n_adds, add_one):
-    gc.collect()
-    gc.disable()
-    try:
-        before = gc.mem_alloc()
-        for i in range(n_adds):
-            add_one(i)
-        return gc.mem_alloc() - before
-    finally:
-        gc.enable()
-
-
 def test_steady_state_add_allocates_nothing():
     enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
     rec_b = b"0123456789abcdef01234567"          # 24 bytes
@@ -129,7 +118,7 @@ def test_steady_state_add_allocates_nothing():
                 enc.reset()
                 enc.add(rec)
         add_one(0)  # warm up
-        results[name] = _measure_adds(10000, add_one)
+        results[name] = alloc_over(10000, add_one)
 
     def pack_one(i):
         pos = enc.reserve(24)
@@ -138,7 +127,7 @@ def test_steady_state_add_allocates_nothing():
             pos = enc.reserve(24)
         struct.pack_into("<BBBBIIIHhhh", enc.buf, pos, 1, 1, 1, 3, 7, i, 200000000, 999, -1234, 5678, 42)
     pack_one(0)
-    results["pack_into"] = _measure_adds(10000, pack_one)
+    results["pack_into"] = alloc_over(10000, pack_one)
     print("ALLOC_BYTES_PER_10000_ADDS", json.dumps(results))
     for name, n in results.items():
         assert n == 0, "%s: %d bytes allocated over 10000 adds" % (name, n)
