@@ -34,6 +34,7 @@ _WAIT_PUBACK = const(1)
 _WAIT_PUBREC = const(2)
 _WAIT_PUBCOMP = const(3)
 _RESEND = const(4)         # session resumed: the application must resend it with DUP=1
+_WAIT_PUBCOMP_AGAIN = const(5)  # PUBREL resent after a resume: PUBCOMP 0x92 means already completed
 
 _SEQ_MASK = const(0x3FFFFFFF)
 _VBI_CAPS = const((127, 16383, 2097151, 268435455))  # largest value of a 1..4-byte VBI (VBI_MAX)
@@ -82,7 +83,9 @@ class Client:
     alias_slots: topic aliases this client may use (bounded by the broker's maximum).
     will: optional mqb_packet.Will. on_ack(pid, code, reason_string): called from
     connect()/service()/flush() when a QoS 1/2 PUBLISH completes: code < 0x80
-    success, >= 0x80 refused by the broker (not resent), SESSION_LOST.
+    success, >= 0x80 refused by the broker (not resent), SESSION_LOST. A PUBCOMP 0x92
+    answering a PUBREL resent after a session resume is a completion (MQTT 5.0 4.3.3,
+    4.9): reported as 0x00.
     """
 
     def __init__(self, transport, client_id, username=None, password=None, keepalive=60,
@@ -253,9 +256,10 @@ class Client:
         them with DUP=1; QoS 2 messages past PUBREC get their PUBREL again."""
         self.inflight = 0
         self._resend = 0
-        for pid in self.pending_resend((_WAIT_PUBACK, _WAIT_PUBREC, _WAIT_PUBCOMP)):
+        for pid in self.pending_resend((_WAIT_PUBACK, _WAIT_PUBREC, _WAIT_PUBCOMP, _WAIT_PUBCOMP_AGAIN)):
             i = self._find(pid)
-            if self._state[i] == _WAIT_PUBCOMP:
+            if self._state[i] == _WAIT_PUBCOMP or self._state[i] == _WAIT_PUBCOMP_AGAIN:
+                self._state[i] = _WAIT_PUBCOMP_AGAIN
                 self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, pid))
                 self.inflight += 1
             else:
@@ -497,7 +501,14 @@ class Client:
             pid = P.u16(rx, 0)
             i = self._find(pid)
             want = _WAIT_PUBACK if t == P.PUBACK else (_WAIT_PUBREC if t == P.PUBREC else _WAIT_PUBCOMP)
-            if i < 0 or self._state[i] != want:
+            state = self._state[i] if i >= 0 else _FREE
+            if state == _WAIT_PUBCOMP_AGAIN and t == P.PUBCOMP:
+                if r == P.PACKET_ID_NOT_FOUND:
+                    # MQTT 5.0 4.3.3 / 4.9: the broker completed this message before the
+                    # link dropped (its PUBCOMP was lost): completion, not a refusal
+                    r = 0
+                state = want
+            if i < 0 or state != want:
                 if t == P.PUBREC:  # 4.3.3: answer PUBREL "Packet Identifier not found"
                     self._send(self._tx, 0, P.ack_packet(self._tx, P.PUBREL, pid, P.PACKET_ID_NOT_FOUND))
                     return

@@ -436,3 +436,39 @@ def test_qos2_session_resume_resends_pubrel_and_dup_publish(tmp_path):
     assert of(ev, "connack")[1]["pending_resend"] == [2]
     assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
     assert of(ev, "flushed")[0]["inflight"] == 0
+
+
+def test_qos2_pubcomp_0x92_after_resent_pubrel_is_completion(tmp_path):
+    """MQTT 5.0 §4.3.3 / §4.9: a broker that already completed a QoS 2 message answers
+    the PUBREL resent after a session resume with PUBCOMP 0x92 (Packet Identifier not
+    found). During recovery that means "already completed", not "refused": on_ack gets
+    0x00 and the message counts as acknowledged. 0x92 on the first PUBREL of a live
+    flow stays a refusal (test_every_ack_reason_code)."""
+    def first(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        p1 = pid_of(c.expect(3))
+        c.send(packet(0x50, p1))          # PUBREC
+        assert c.expect(6) == p1          # PUBREL; the broker completes it, its PUBCOMP is lost
+        c.sock.shutdown(socket.SHUT_WR)
+
+    def resumed(c: Conn):
+        c.expect(1)
+        c.send(b"\x20\x03\x01\x00\x00")   # Session Present
+        assert c.expect(6) == b"\x00\x01"  # PUBREL resent
+        c.send(packet(0x70, b"\x00\x01\x92" + props(string(0x1F, "not found"))))
+        p2 = pid_of(c.expect(3))          # a new message afterwards flows normally
+        c.send(packet(0x50, p2))
+        assert c.expect(6) == p2
+        c.send(packet(0x70, p2))
+
+    server = FakeServer([first, resumed])
+    steps = [["connect", {}], ["publish", {"topic": TOPIC, "qos": 2, "service": False}],
+             ["service_for", {"ms": 3000, **C}], ["connect", {}], ["flush", {"timeout_ms": 3000}],
+             ["publish", {"topic": TOPIC, "qos": 2, "service": False}], ["flush", {"timeout_ms": 3000}],
+             ["disconnect", {}]]
+    ev = drive(server, steps, tmp_path, client={"session_expiry": 300})
+    assert [c["session_present"] for c in of(ev, "connack")] == [False, True]
+    assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
+    last = of(ev, "flushed")[-1]
+    assert (last["inflight"], last["acked"], last["refused"]) == (0, 2, 0)
