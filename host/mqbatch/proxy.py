@@ -1,0 +1,324 @@
+"""The inspecting proxy: one TCP relay on loopback between MQTT clients and a broker.
+
+It forwards every byte unchanged, in both directions, and (for plain-TCP MQTT)
+parses every packet: each is recorded (time, connection, direction, bytes) and
+checked by mqbatch.conformance_session (packet, session and batch rules). It is
+also the project's only network-fault injector (mqbatch.netcut.Relay is this
+class): cut the network, refuse connects, stall, delay, or cut a connection
+before, in the middle of, or after a chosen packet.
+
+    with Proxy("127.0.0.1", broker.port, batch_topics=["mqbatch/+/telemetry"]) as px:
+        ...clients connect to px.port...
+        px.violations            # [conformance_session.Violation]
+        px.records               # [Record]: every packet, in order
+        px.bytes_by_type         # {("c2s", "PUBLISH"): bytes, ...}
+        px.cut(); px.restore()   # drop every connection, refuse new ones / accept again
+        px.refuse_connects(True) # accept and reset at once (no CONNACK) until False
+        px.stall(); px.unstall() # hold every byte (the link freezes) / let them through
+        px.delay(0.2)            # wait 0.2 s before forwarding each packet
+        px.fault("s2c", "PUBCOMP", "drop")   # next PUBCOMP from the broker: not forwarded,
+                                             # connection reset ("mid": half of it, "after": all)
+
+TLS: a connection whose first client byte is a TLS handshake record (0x16) is
+relayed and counted but not parsed (a TLS link cannot be read without terminating
+it): the conformance harness uses plain-TCP listeners on loopback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+
+from mqbatch.broker import free_port
+from mqbatch.conformance_session import C2S, S2C, Checker, Violation
+from mqbatch.conformance_wire import NAMES, Malformed, packet_len, parse
+
+_RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"   # SO_LINGER on, 0 s: close() sends RST
+
+
+@dataclasses.dataclass
+class Record:
+    t: float            # time.monotonic() when the whole packet had arrived
+    conn: int
+    direction: str      # "c2s" | "s2c"
+    raw: bytes
+
+    @property
+    def name(self) -> str:
+        return NAMES.get(self.raw[0] >> 4, "?") if self.raw else "?"
+
+    def summary(self) -> str:
+        return parse(self.raw).summary()
+
+
+class _Conn:
+    def __init__(self, number: int, client: socket.socket, upstream: socket.socket, check):
+        self.number = number
+        self.socks = (client, upstream)
+        self.check = check          # conformance_session.Connection, or None (opaque: TLS)
+        self.tls = False
+
+
+class Proxy:
+    def __init__(self, target_host: str, target_port: int, host: str = "127.0.0.1", port: int | None = None, *,
+                 inspect: bool = True, batch_topics=("#",), max_batch_size: int = 100,
+                 max_payload_bytes: int = 65536, max_records: int = 200_000):
+        self.target = (target_host, target_port)
+        self.host = host
+        self.port = port or free_port(host)
+        self.inspect = inspect
+        self.checker = Checker(batch_topics, max_batch_size, max_payload_bytes)
+        self.max_records = max_records
+        self.records: list[Record] = []
+        self.records_dropped = 0
+        self.bytes_up = 0        # client -> target (every byte, TLS records included)
+        self.bytes_down = 0      # target -> client
+        self.bytes_by_type: dict[tuple[str, str], int] = {}
+        self.packets_by_type: dict[tuple[str, str], int] = {}
+        self.connections = 0
+        self.cuts = 0
+        self.refused = 0         # connects refused by refuse_connects() or a broker that was down
+        self._lock = threading.Lock()
+        self._conns: dict[int, _Conn] = {}
+        self._pumps: list[threading.Thread] = []
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._refuse = False
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._delay = 0.0
+        self._faults: list[list] = []     # [direction, packet name, action]
+
+    @property
+    def violations(self):
+        with self._lock:
+            return list(self.checker.violations)
+
+    # -- life cycle (the netcut.Relay API) -------------------------------------------
+
+    def start(self) -> "Proxy":
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((self.host, self.port))
+        ls.listen(64)
+        self._listener = ls
+        self._thread = threading.Thread(target=self._accept_loop, args=(ls,), name="proxy-accept", daemon=True)
+        self._thread.start()
+        return self
+
+    def cut(self) -> None:
+        """Drop every connection (RST to both ends, as a dead link) and refuse new ones
+        (connect: ECONNREFUSED) until restore()."""
+        self.cuts += 1
+        self._close_listener()
+        self._drop_all()
+
+    def restore(self) -> None:
+        if self._listener is None:
+            self.start()
+
+    def stop(self) -> None:
+        self._close_listener()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._flowing.set()
+        self._drop_all()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- fault injection -----------------------------------------------------------
+
+    def refuse_connects(self, on: bool = True) -> None:
+        """Accept TCP connections and reset them at once (the client gets no CONNACK)."""
+        self._refuse = on
+
+    def stall(self) -> None:
+        """Forward nothing until unstall(): connections stay open, bytes wait here."""
+        self._flowing.clear()
+
+    def unstall(self) -> None:
+        self._flowing.set()
+
+    def delay(self, seconds: float) -> None:
+        """Wait `seconds` before forwarding each packet (each chunk on opaque links)."""
+        self._delay = max(0.0, seconds)
+
+    def fault(self, direction: str, packet: str, action: str) -> None:
+        """Once: at the next `packet` (a name, e.g. "PUBCOMP") going `direction`, "drop"
+        it and reset the connection, send only its first half ("mid") then reset, or
+        forward it and then reset ("after")."""
+        if direction not in (C2S, S2C) or packet not in NAMES.values() or action not in ("drop", "mid", "after"):
+            raise ValueError(f"fault({direction!r}, {packet!r}, {action!r}): direction c2s|s2c, an MQTT packet "
+                             f"name, action drop|mid|after")
+        with self._lock:
+            self._faults.append([direction, packet, action])
+
+    # -- reports ---------------------------------------------------------------------
+
+    def packets(self, name: str | None = None, direction: str | None = None) -> list[Record]:
+        with self._lock:
+            return [r for r in self.records if (name is None or r.name == name)
+                    and (direction is None or r.direction == direction)]
+
+    def trace(self, conn: int | None = None, limit: int = 40) -> str:
+        """A readable excerpt: one line per packet."""
+        recs = [r for r in self.packets() if conn is None or r.conn == conn][:limit]
+        if not recs:
+            return "(no packets)"
+        t0 = recs[0].t
+        return "\n".join(f"{r.t - t0:8.3f}s conn {r.conn} {r.direction} {r.summary()}" for r in recs)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _close_listener(self) -> None:
+        ls, self._listener = self._listener, None
+        if ls is not None:
+            try:
+                ls.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass            # a listening socket may refuse shutdown; close() below ends it
+            ls.close()
+
+    def _drop_all(self) -> None:
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+            pumps, self._pumps = self._pumps, []
+        for c in conns:
+            self._reset(c)
+        for t in pumps:
+            t.join(5)
+
+    @staticmethod
+    def _reset(c: _Conn) -> None:
+        """RST both ends. shutdown() wakes the pumps blocked in recv() (close() alone does not)."""
+        for s in c.socks:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass            # already shut by its pump
+            s.close()
+
+    def _accept_loop(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return          # listener closed by cut()/stop()
+            if self._refuse:
+                self.refused += 1
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                self.refused += 1
+                client.close()  # the broker is down: the client sees the connection close
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                n = self.connections
+                self.connections += 1
+                c = _Conn(n, client, upstream, self.checker.connection(n) if self.inspect else None)
+                self._conns[n] = c
+                pumps = [threading.Thread(target=self._pump, args=(c, d), daemon=True, name=f"proxy-{n}-{d}")
+                         for d in (C2S, S2C)]
+                self._pumps = [t for t in self._pumps if t.is_alive()] + pumps
+            for t in pumps:
+                t.start()
+
+    def _pump(self, c: _Conn, direction: str) -> None:
+        src, dst = c.socks if direction == C2S else c.socks[::-1]
+        buf = b""
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self._lock:
+                    if direction == C2S:
+                        self.bytes_up += len(data)
+                    else:
+                        self.bytes_down += len(data)
+                if direction == C2S and c.check is not None and c.check.index == 0 and not buf and data[0] == 0x16:
+                    c.tls = True        # a TLS ClientHello: relay and count only
+                if c.check is None or c.tls:
+                    self._forward(dst, data)
+                    continue
+                buf += data
+                while buf:
+                    try:
+                        n = packet_len(buf)
+                    except Malformed as e:   # not MQTT any more: record it, relay the rest as is
+                        self._note_unframed(c, direction, buf, e.text)
+                        self._forward(dst, buf)
+                        buf = b""
+                        c.check = None
+                        break
+                    if n is None or len(buf) < n:
+                        break
+                    raw, buf = buf[:n], buf[n:]
+                    if not self._packet(c, direction, raw, dst):
+                        return
+        except OSError:
+            pass                # either side went away (or cut() reset it): end this direction
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass        # already closed
+                s.close()
+            with self._lock:
+                if c.check is not None and self._conns.pop(c.number, None) is not None:
+                    c.check.close()
+
+    def _forward(self, dst: socket.socket, data: bytes) -> None:
+        self._flowing.wait()
+        if self._delay:
+            time.sleep(self._delay)
+        dst.sendall(data)
+
+    def _packet(self, c: _Conn, direction: str, raw: bytes, dst: socket.socket) -> bool:
+        """Record, check and forward one whole packet; False if a fault ended the connection."""
+        now = time.monotonic()
+        with self._lock:
+            rec = Record(now, c.number, direction, raw)
+            if len(self.records) < self.max_records:
+                self.records.append(rec)
+            else:
+                self.records_dropped += 1
+            key = (direction, rec.name)
+            self.bytes_by_type[key] = self.bytes_by_type.get(key, 0) + len(raw)
+            self.packets_by_type[key] = self.packets_by_type.get(key, 0) + 1
+            c.check.feed(direction, raw)
+            action = None
+            for f in self._faults:
+                if f[0] == direction and f[1] == rec.name:
+                    action = f[2]
+                    self._faults.remove(f)
+                    break
+        if action is None:
+            self._forward(dst, raw)
+            return True
+        if action == "mid":
+            self._forward(dst, raw[:max(1, len(raw) // 2)])
+        elif action == "after":
+            self._forward(dst, raw)
+        self.cuts += 1
+        with self._lock:
+            self._conns.pop(c.number, None)
+            c.check.close()
+        self._reset(c)
+        return False
+
+    def _note_unframed(self, c: _Conn, direction: str, buf: bytes, why: str) -> None:
+        with self._lock:
+            self.checker.violations.append(Violation("MQTT-VBI", c.number, direction, c.check.index,
+                                                     buf[:8].hex(), f"stream no longer framed: {why}"))
