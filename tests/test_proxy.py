@@ -158,6 +158,23 @@ def test_dup_only_on_resends_after_a_resumed_session():
                    ("c2s", dup1)) == ["MQTT-DUP"]
 
 
+def test_open_messages_are_resent_after_a_resume():
+    resume = [("c2s", CONNECT_RESUME), ("s2c", CONNACK_PRESENT)]
+    left_open = [*OPEN, ("c2s", pub(1)), ("c2s", pub(2, flags=0x34)), ("s2c", H("50 02 0002")),
+                 ("c2s", H("62 02 0002"))]
+    assert session(*left_open, *resume, ("c2s", H("e0 00"))) == ["MQTT-RESEND"]
+    assert session(*left_open, *resume, ("c2s", pub(1, flags=0x3A)), ("c2s", H("e0 00"))) == ["MQTT-RESEND"]
+    assert session(*left_open, *resume, ("c2s", pub(1, flags=0x3A)), ("c2s", H("62 02 0002")),
+                   ("c2s", H("e0 00"))) == []
+
+
+def test_maximum_qos_and_retain_available():
+    connack = H("20 07 00 00 04 24 00 25 00")        # Maximum QoS 0, Retain Available 0
+    assert session(("c2s", CONNECT), ("s2c", connack), ("c2s", pub(1))) == ["MQTT-MAX-QOS"]
+    assert session(("c2s", CONNECT), ("s2c", connack), ("c2s", pub(0, flags=0x31))) == ["MQTT-RETAIN"]
+    assert session(("c2s", CONNECT), ("s2c", connack), ("c2s", pub(0, flags=0x30))) == []
+
+
 def test_nothing_after_the_clients_disconnect():
     assert session(*OPEN, ("c2s", H("e0 00")), ("c2s", H("c0 00"))) == ["MQTT-AFTER-DISCONNECT"]
 

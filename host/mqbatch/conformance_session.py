@@ -11,7 +11,10 @@ mqbatch.conformance_wire and records `Violation`s:
   MQTT-RECEIVE-MAX (unacknowledged QoS 1/2 PUBLISHes above the peer's Receive
   Maximum), MQTT-PID-REUSE (a new PUBLISH with an id still unacknowledged),
   MQTT-DUP (DUP=1 other than on the resend, after a Session Present resume, of a
-  message left unacknowledged), MQTT-AFTER-DISCONNECT (a packet after the client's
+  message left unacknowledged), MQTT-RESEND (a client that ends a resumed session
+  with DISCONNECT without having resent what it left open: PUBLISH with DUP, or
+  PUBREL [MQTT-4.4.0-1]), MQTT-MAX-QOS / MQTT-RETAIN (a PUBLISH above the
+  server's Maximum QoS, RETAIN=1 with Retain Available 0), MQTT-AFTER-DISCONNECT (a packet after the client's
   DISCONNECT);
 - per batch (a client's PUBLISH on a topic matching `batch_topics`): BATCH-FORMAT,
   BATCH-SIZE (each User Property exactly once, v1, positive integer), BATCH-COUNT
@@ -61,9 +64,13 @@ class _Side:
     max_packet: int = 268_435_460
     alias_max: int = 0
     receive_max: int = 65535
+    max_qos: int = 2
+    retain: bool = True
     aliases: dict = dataclasses.field(default_factory=dict)
     inflight: dict = dataclasses.field(default_factory=dict)   # pid -> "ack" | "rel"
     resendable: set = dataclasses.field(default_factory=set)   # pids open when the session was resumed
+    releasable: set = dataclasses.field(default_factory=set)   # QoS 2 pids past PUBREC at the resume
+    peak: int = 0                                               # most unacknowledged at once
 
 
 class Connection:
@@ -75,6 +82,7 @@ class Connection:
         self.side = {C2S: _Side(), S2C: _Side()}
         self.disconnected = False
         self.connack_seen = False
+        self.resumed = False
 
     def feed(self, direction: str, raw: bytes) -> W.Packet:
         pkt = W.parse(raw)
@@ -85,11 +93,14 @@ class Connection:
         def bad(rule, text):
             out.append(Violation(rule, self.number, direction, i, pkt.summary(), text))
 
+        self.checker.apply(direction, "MQTT-PACKET")
         for rule, text in pkt.violations:
             bad(rule, text)
         if direction == C2S and self.disconnected:
             bad("MQTT-AFTER-DISCONNECT", "the client sent this after its DISCONNECT")
         me, peer = self.side[direction], self.side[S2C if direction == C2S else C2S]
+        if me.max_packet < 268_435_460:
+            self.checker.apply(direction, "MQTT-MAX-PACKET-SIZE")
         if pkt.size > me.max_packet:
             bad("MQTT-MAX-PACKET-SIZE", f"{pkt.size} bytes > the peer's Maximum Packet Size {me.max_packet}")
         if pkt.violations and any(r in ("MQTT-MALFORMED", "MQTT-VBI") for r, _ in pkt.violations):
@@ -108,8 +119,17 @@ class Connection:
                 del peer.inflight[pid]
             elif st is not None and t == W.PUBREC:
                 peer.inflight[pid] = "rel"
+        elif t == W.PUBREL:
+            me.releasable.discard(pkt.fields["pid"])
         elif t == W.DISCONNECT and direction == C2S:
             self.disconnected = True
+            self.checker.apply(direction, "MQTT-AFTER-DISCONNECT")
+            if self.resumed:
+                self.checker.apply(direction, "MQTT-RESEND")
+            if me.resendable or me.releasable:
+                bad("MQTT-RESEND", f"DISCONNECT while messages left open by the resumed session were never resent "
+                                   f"(PUBLISH ids {sorted(me.resendable)}, PUBREL ids {sorted(me.releasable)}) "
+                                   f"[MQTT-4.4.0-1]")
         return pkt
 
     def _connect(self, pkt):
@@ -127,20 +147,26 @@ class Connection:
         c2s.max_packet = pkt.props.get(0x27, c2s.max_packet)
         c2s.alias_max = pkt.props.get(0x22, 0)
         c2s.receive_max = pkt.props.get(0x21, 65535)
+        c2s.max_qos = pkt.props.get(0x24, 2)
+        c2s.retain = bool(pkt.props.get(0x25, 1))
         if 0x12 in pkt.props:
             self.client_id = pkt.props[0x12]
         store = self.checker.sessions
         saved = store.get(self.client_id, {C2S: {}, S2C: {}})
         if not pkt.fields["session_present"] or pkt.fields["reason"] >= 0x80:
             saved = {C2S: {}, S2C: {}}
+        self.resumed = bool(saved[C2S] or saved[S2C])
         for d in (C2S, S2C):
             self.side[d].inflight = dict(saved[d])
             self.side[d].resendable = {p for p, st in saved[d].items() if st == "ack"}
+            self.side[d].releasable = {p for p, st in saved[d].items() if st == "rel"}
 
     def _publish(self, pkt, direction, me, bad):
         f = pkt.fields
         topic, alias = f["topic"], f["alias"]
+        ck = self.checker
         if alias is not None:
+            ck.apply(direction, "MQTT-TOPIC-ALIAS")
             if alias == 0 or alias > me.alias_max:
                 bad("MQTT-TOPIC-ALIAS", f"Topic Alias {alias} outside 1..{me.alias_max} (the peer's Topic Alias "
                                         f"Maximum)")
@@ -154,9 +180,21 @@ class Connection:
         elif not topic:
             bad("MQTT-TOPIC-ALIAS", "empty Topic Name without a Topic Alias")
         f["resolved_topic"] = topic
+        if me.max_qos < 2:
+            ck.apply(direction, "MQTT-MAX-QOS")
+        if not me.retain:
+            ck.apply(direction, "MQTT-RETAIN")
+        if f["qos"] > me.max_qos:
+            bad("MQTT-MAX-QOS", f"QoS {f['qos']} above the server's Maximum QoS {me.max_qos}")
+        if f["retain"] and not me.retain:
+            bad("MQTT-RETAIN", "RETAIN=1 although the server said Retain Available 0")
         if f["qos"]:
             pid = f["pid"]
+            ck.apply(direction, "MQTT-PID-REUSE")
+            if me.receive_max < 65535:
+                ck.apply(direction, "MQTT-RECEIVE-MAX")
             if f["dup"]:
+                ck.apply(direction, "MQTT-DUP")
                 if pid in me.resendable:
                     me.resendable.discard(pid)
                 else:
@@ -165,6 +203,8 @@ class Connection:
             elif pid in me.inflight:
                 bad("MQTT-PID-REUSE", f"packet id {pid} reused while still unacknowledged")
             me.inflight[pid] = "ack"
+            me.peak = max(me.peak, len(me.inflight))
+            ck.peak[direction] = max(ck.peak.get(direction, (0, 0)), (len(me.inflight), me.receive_max))
             if len(me.inflight) > me.receive_max:
                 bad("MQTT-RECEIVE-MAX", f"{len(me.inflight)} QoS 1/2 PUBLISHes unacknowledged > the peer's "
                                         f"Receive Maximum {me.receive_max}")
@@ -189,6 +229,7 @@ class Connection:
         if count > lim.max_batch_size or len(payload) > lim.max_payload_bytes:
             bad("BATCH-LIMITS", f"{count} sub-messages, {len(payload)} payload bytes: above the configured "
                                 f"{lim.max_batch_size} / {lim.max_payload_bytes}")
+        lim.apply(C2S, "BATCH")
         lim.batches += 1
         lim.batch_records += count
 
@@ -206,6 +247,12 @@ class Checker:
         self.sessions: dict[str, dict] = {}
         self.batches = 0
         self.batch_records = 0
+        self.applied: dict[tuple[str, str], int] = {}   # (direction, rule) -> times the rule was exercised
+        self.peak: dict[str, tuple[int, int]] = {}      # direction -> (most unacknowledged, Receive Maximum then)
+
+    def apply(self, direction: str, rule: str) -> None:
+        k = (direction, rule)
+        self.applied[k] = self.applied.get(k, 0) + 1
 
     def connection(self, number: int) -> Connection:
         return Connection(self, number)
