@@ -332,7 +332,10 @@ def test_fault_injection():
         # refuse connects: accepted and reset, the broker never sees them
         px.refuse_connects(True)
         with socket.create_connection(("127.0.0.1", px.port)) as s:
-            s.sendall(CONNECT)
+            try:
+                s.sendall(CONNECT)
+            except (ConnectionResetError, BrokenPipeError):
+                pass            # the reset may come before the send: the same outcome
             assert _read_all(s) == b""
         px.refuse_connects(False)
         assert px.refused == 1

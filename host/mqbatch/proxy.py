@@ -43,13 +43,14 @@ class Record:
     conn: int
     direction: str      # "c2s" | "s2c"
     raw: bytes
+    fault: str | None = None   # "drop" / "mid": the peer never got it (whole); "after": cut after it
 
     @property
     def name(self) -> str:
         return NAMES.get(self.raw[0] >> 4, "?") if self.raw else "?"
 
     def summary(self) -> str:
-        return parse(self.raw).summary()
+        return parse(self.raw).summary() + (f" [fault: {self.fault}]" if self.fault else "")
 
 
 class _Conn:
@@ -297,13 +298,15 @@ class Proxy:
             key = (direction, rec.name)
             self.bytes_by_type[key] = self.bytes_by_type.get(key, 0) + len(raw)
             self.packets_by_type[key] = self.packets_by_type.get(key, 0) + 1
-            c.check.feed(direction, raw)
             action = None
             for f in self._faults:
                 if f[0] == direction and f[1] == rec.name:
                     action = f[2]
                     self._faults.remove(f)
                     break
+            rec.fault = action
+            if action in (None, "after"):   # a dropped or torn packet never reached the peer
+                c.check.feed(direction, raw)
         if action is None:
             self._forward(dst, raw)
             return True
