@@ -31,6 +31,7 @@ import threading
 import time
 
 from mqbatch.broker import Mosquitto, free_port
+from mqbatch.conformance_wire import parse
 from mqbatch.proxy import Proxy
 
 BATCH_TOPICS = ["mqbatch/+/telemetry"]
@@ -244,8 +245,17 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
             "bytes": {f"{d} {n}": c for (d, n), c in sorted(proxy.bytes_by_type.items())},
             "max_publish": max((len(r.raw) for r in proxy.packets("PUBLISH", "c2s")), default=0),
             "dup_publishes": sum(1 for r in proxy.packets("PUBLISH", "c2s") if r.raw[0] & 8),
-            "connections": proxy.connections, "trace": proxy.trace(limit=14),
+            "connections": proxy.connections, "connack_codes": _connack_codes(proxy),
+            "trace": proxy.trace(limit=14),
             "violation_traces": _excerpts(proxy)}
+
+
+def _connack_codes(proxy: Proxy) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in proxy.packets("CONNACK", "s2c"):
+        k = f"0x{parse(r.raw).fields.get('reason', 0):02x}"
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _excerpts(proxy: Proxy) -> list[str]:

@@ -161,12 +161,14 @@ def check(case: Case, out: dict, log: dict | None) -> list[tuple[str, bool, str]
     if case.status != codec.OK:
         text = json.dumps(log) if log else ""
         props = (log or {}).get("properties", {})
-        named = {"topic": TOPIC in text, "client id": CLIENT_ID in text,
+        named = {"topic": TOPIC in text,
                  "batch properties": isinstance(props, dict) and "batch-format" in props and "batch-size" in props,
                  "reason code": bool(case.reason) and case.reason in text}
         missing = [k for k, v in named.items() if not v]
-        res.append(("log", not missing, "log names topic, client id, batch properties, reason code" if not missing
+        res.append(("log", not missing, "log names topic, batch properties, reason code" if not missing
                     else f"log record lacks {', '.join(missing)}: {text[:300] or '(no log record)'}"))
+        res.append(("log client id", CLIENT_ID in text, "log names the client id" if CLIENT_ID in text
+                    else f"log record lacks the client id: {text[:300] or '(no log record)'}"))
         if case.status == codec.PARTIAL:
             ok = (log or {}).get("level") == "warning" and "processed" in (log or {}) and "mismatch" in (log or {})
             res.append(("partial warning", ok, f"level {(log or {}).get('level')}, processed "

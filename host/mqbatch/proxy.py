@@ -305,7 +305,10 @@ class Proxy:
                     self._faults.remove(f)
                     break
             rec.fault = action
-            if action in (None, "after"):   # a dropped or torn packet never reached the peer
+            # a dropped or torn acknowledgement never reached the sender of the message: its state
+            # stays open (a resend with DUP is then right); any other packet was sent, so the
+            # sender's state counts it even if the peer never got it whole
+            if action in (None, "after") or rec.name not in ("PUBACK", "PUBREC", "PUBCOMP"):
                 c.check.feed(direction, raw)
         if action is None:
             self._forward(dst, raw)
