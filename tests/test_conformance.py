@@ -41,8 +41,12 @@ def test_ci_matrix_passes_for_the_firmware_and_the_host_decoder(tmp_path, capsys
     runs = {s["scenario"]: s for s in report["publisher_run"]["scenarios"]}
     split = runs["max-packet-600-split"]
     assert split["max_publish"] <= 600 and split["delivered"]["records"] == split["publisher"]["stored_records"]
+    assert split["publisher"]["split_batches"] >= 1     # batches stored before the limit was known were split
     assert runs["inflight-1"]["peak_inflight"]["c2s"] == [1, 1]
     assert runs["resume-dup"]["dup_publishes"] >= 1 and runs["qos2-recovery"]["dup_publishes"] >= 1
+    q2 = runs["qos2-recovery"]
+    assert q2["delivered"]["records"] == q2["publisher"]["stored_records"]      # QoS 2: exactly once
+    assert q2["connections"] >= 3 and "PUBREL pid=" in q2["trace"].split("[fault: drop]")[-1]
     for s in runs.values():
         assert s["publisher"]["dropped"] == 0 and s["delivered"]["records"] >= s["publisher"]["stored_records"] > 0, s
     assert md.startswith("# Conformance report") and "| MQTT-DUP |" in md

@@ -150,6 +150,7 @@ class FirmwarePublisher:
         console = self.fleet.console(dev)
         return {"exit": proc.returncode, "stored_records": summ.get("stored_records"),
                 "acked_records": summ.get("acked_records"), "dropped": summ.get("dropped_total"),
+                "split_batches": console.count("re-stored in smaller batches"),
                 "log_tail": [ln for ln in console.splitlines() if ln.startswith("mqb:")][-6:]}
 
     def close(self):
@@ -246,7 +247,7 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
             "max_publish": max((len(r.raw) for r in proxy.packets("PUBLISH", "c2s")), default=0),
             "dup_publishes": sum(1 for r in proxy.packets("PUBLISH", "c2s") if r.raw[0] & 8),
             "connections": proxy.connections, "connack_codes": _connack_codes(proxy),
-            "trace": proxy.trace(limit=14),
+            "trace": proxy.trace(limit=8, around_faults=6),
             "violation_traces": _excerpts(proxy)}
 
 

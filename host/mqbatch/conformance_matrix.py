@@ -186,7 +186,7 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         if vs:
             ex = next((t for t in sc["violation_traces"] if t.startswith(f"[{vs[0]['rule']}]")), "")
             bad.append(f"{sc['scenario']}: {len(vs)} x {vs[0]['rule']}: {vs[0]['text']}\n{ex}")
-        n = sum(sc["applied"].get(f"c2s {_APPLIED.get(r, r)}", 0) for r in rules)
+        n = sum(sc["applied"].get(f"c2s {a}", 0) for a in {_APPLIED.get(r, r) for r in rules})
         if n:
             used.append(f"{sc['scenario']} ({n})")
     if bad:
@@ -195,7 +195,7 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         idle = [f"{sc['scenario']}: no PUBLISH sent, CONNACK codes {sc.get('connack_codes')}"
                 for sc in pub["scenarios"] if not sc["packets"].get("c2s PUBLISH")]
         return NOT_TESTED, "no scenario of this run exercised it" + ("".join(f"\n{x}" for x in idle))
-    return PASS, "0 violations; checked in " + ", ".join(used)
+    return PASS, "0 violations; checked in " + ", ".join(used) + " (packets, or sessions under the limit)"
 
 
 def _sub_verdict(sel: list[str], sub: list | None, aspects=_VERDICT) -> tuple[str, str]:
@@ -252,7 +252,7 @@ def markdown(report: dict) -> str:
            f"- broker: {report.get('broker_version', 'Mosquitto')} on 127.0.0.1, plain TCP through the inspecting "
            "proxy (mqbatch.proxy)",
            f"- result: {counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[NOT_TESTED]} NOT TESTED", "",
-           "How it works: docs/conformance-harness section at the end of this page.", "",
+           "How the harness works: the last section of this page.", "",
            "## Requirements", "", "| id | § | level | requirement | how checked | verdict | evidence |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -266,7 +266,8 @@ def markdown(report: dict) -> str:
         for sc in pub["scenarios"]:
             p = sc["publisher"]
             pubres = f"exit {p['exit']}" + (f", stored {p['stored_records']}, acked {p['acked_records']}, dropped "
-                                             f"{p['dropped']}" if "stored_records" in p else "")
+                                             f"{p['dropped']}" if "stored_records" in p else "") + (
+                f", {p['split_batches']} stored batches split" if p.get("split_batches") else "")
             peak = sc["peak_inflight"].get("c2s")
             vio = ", ".join(sorted({f"{v['direction']} {v['rule']}" for v in sc["violations"]})) or "none"
             opts = json.dumps(sc["broker"]) if sc["broker"] else "defaults"
@@ -306,7 +307,7 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-HOW = """## How the harness works (docs/conformance-harness)
+HOW = """## How the harness works
 
 - `mqbatch conformance publisher [--cmd ...] [--full]`, `mqbatch conformance subscriber [--cmd ...]`,
   `mqbatch conformance all --full --markdown docs/conformance.md --json docs/conformance.json` (this page).

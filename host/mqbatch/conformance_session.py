@@ -149,6 +149,11 @@ class Connection:
         c2s.receive_max = pkt.props.get(0x21, 65535)
         c2s.max_qos = pkt.props.get(0x24, 2)
         c2s.retain = bool(pkt.props.get(0x25, 1))
+        if pkt.fields["reason"] < 0x80:     # a session under these limits: every PUBLISH on it is checked
+            if c2s.max_qos < 2:
+                self.checker.apply(C2S, "MQTT-MAX-QOS")
+            if not c2s.retain:
+                self.checker.apply(C2S, "MQTT-RETAIN")
         if 0x12 in pkt.props:
             self.client_id = pkt.props[0x12]
         store = self.checker.sessions

@@ -166,13 +166,23 @@ class Proxy:
             return [r for r in self.records if (name is None or r.name == name)
                     and (direction is None or r.direction == direction)]
 
-    def trace(self, conn: int | None = None, limit: int = 40) -> str:
-        """A readable excerpt: one line per packet."""
-        recs = [r for r in self.packets() if conn is None or r.conn == conn][:limit]
+    def trace(self, conn: int | None = None, limit: int = 40, around_faults: int = 0) -> str:
+        """A readable excerpt, one line per packet: the first `limit` packets, and with
+        around_faults=k also k packets before and after each injected fault."""
+        recs = [r for r in self.packets() if conn is None or r.conn == conn]
         if not recs:
             return "(no packets)"
-        t0 = recs[0].t
-        return "\n".join(f"{r.t - t0:8.3f}s conn {r.conn} {r.direction} {r.summary()}" for r in recs)
+        keep = set(range(min(limit, len(recs))))
+        for i, r in enumerate(recs):
+            if r.fault and around_faults:
+                keep.update(range(max(0, i - around_faults), min(len(recs), i + around_faults + 1)))
+        t0, lines, last = recs[0].t, [], -1
+        for i in sorted(keep):
+            if i != last + 1:
+                lines.append("     ...")
+            lines.append(f"{recs[i].t - t0:8.3f}s conn {recs[i].conn} {recs[i].direction} {recs[i].summary()}")
+            last = i
+        return "\n".join(lines)
 
     # -- internals -------------------------------------------------------------------
 
