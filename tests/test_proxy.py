@@ -382,3 +382,40 @@ def _read_all(s: socket.socket) -> bytes:
         if not d:
             return out
         out += d
+
+
+def test_tls_is_relayed_and_counted_not_parsed():
+    hello = b"\x16\x03\x01\x00\x05" + bytes(range(5))      # a TLS record header: not MQTT
+    echo = Echo(lambda raw: None)
+    with Proxy("127.0.0.1", echo.port) as px, socket.create_connection(("127.0.0.1", px.port)) as s:
+        s.sendall(hello)
+        time.sleep(0.3)
+        assert px.bytes_up == len(hello) and px.records == [] and px.violations == []
+    echo.close()
+
+
+def test_an_unframeable_stream_is_reported_then_relayed_as_is():
+    got = []
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def sink():
+        s, _ = srv.accept()
+        with s:
+            while data := s.recv(4096):
+                got.append(data)
+
+    t = threading.Thread(target=sink, daemon=True)
+    t.start()
+    junk = H("10 ff ff ff ff 01 02 03")                     # a Remaining Length of 5 bytes
+    with Proxy("127.0.0.1", srv.getsockname()[1]) as px, socket.create_connection(("127.0.0.1", px.port)) as s:
+        s.sendall(junk)
+        time.sleep(0.3)
+        s.sendall(b"more")
+        time.sleep(0.3)
+        (v,) = px.violations
+        assert v.rule == "MQTT-VBI" and "no longer framed" in v.text
+    t.join(5)
+    srv.close()
+    assert b"".join(got) == junk + b"more"

@@ -333,4 +333,7 @@ HOW = """## How the harness works
   `--no-empty`; a JSON log record on stderr for every batch that is not ok). The Spark job
   (`spark_jobs/telemetry_job.py`) is NOT TESTED here: it is being restructured; an adapter that feeds it
   these lines and prints its verdicts is all it needs.
+- The device's packet parsers are also fuzzed inside the Unix port (`tests/test_conformance_fuzz.py`, 50,000
+  inputs in `make test`; long run: `MICROPYPATH=firmware:tests/mpy .venv/bin/micropython
+  tests/mpy/fuzz_packet.py 5000000 7`), figures in docs/mqtt-client.md.
 """
