@@ -125,6 +125,8 @@ def _apply(proxy: Proxy, action: str, args) -> None:
 class FirmwarePublisher:
     """The firmware application, one virtual device per scenario (compiled once)."""
     name = "firmware application (firmware/mqb_app.py) in the MicroPython Unix port"
+    # the limits it is configured with (flush.max_count, flush.max_bytes): the proxy checks them
+    limits = (APP_CONFIG["flush"]["max_count"], APP_CONFIG["flush"]["max_bytes"])
 
     def __init__(self, workdir: pathlib.Path, port: int, scenarios: list[Scenario]):
         import json
@@ -160,8 +162,9 @@ class FirmwarePublisher:
 class CommandPublisher:
     """Any publisher, as a command (see the module doc)."""
 
-    def __init__(self, cmd: list[str], port: int):
+    def __init__(self, cmd: list[str], port: int, limits=(100, 65536)):
         self.cmd = cmd
+        self.limits = limits
         self.port = port
         self.name = "command: " + " ".join(cmd)
         self.logs: dict[str, pathlib.Path] = {}
@@ -189,12 +192,14 @@ class CommandPublisher:
 
 
 def run_publisher(scenarios: list[Scenario], workdir: str | os.PathLike, cmd: list[str] | None = None,
-                  timeout: float = 60, progress=print) -> dict:
-    """Run every scenario; return {"publisher", "scenarios": [result...]}."""
+                  timeout: float = 60, progress=print, limits=(100, 65536)) -> dict:
+    """Run every scenario; return {"publisher", "limits", "scenarios": [result...]}. limits: the
+    (batch-size, payload bytes) limits a command publisher is configured with (spec §3.3
+    defaults unless told); the firmware's come from its configuration."""
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    pub = CommandPublisher(cmd, port) if cmd else FirmwarePublisher(workdir, port, scenarios)
+    pub = CommandPublisher(cmd, port, limits) if cmd else FirmwarePublisher(workdir, port, scenarios)
     out = []
     try:
         for s in scenarios:
@@ -203,14 +208,15 @@ def run_publisher(scenarios: list[Scenario], workdir: str | os.PathLike, cmd: li
             progress(f"  {s.name}: {len(out[-1]['violations'])} violations, {time.monotonic() - t0:.1f} s")
     finally:
         pub.close()
-    return {"publisher": pub.name, "scenarios": out}
+    return {"publisher": pub.name, "limits": list(pub.limits), "scenarios": out}
 
 
 def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) -> dict:
     shutil.rmtree(bdir, ignore_errors=True)
     broker = Mosquitto(bdir, **s.broker).start()
     witness = Witness(broker, s.broker.get("max_qos", 2))
-    proxy = Proxy(broker.host, broker.port, port=port, batch_topics=BATCH_TOPICS).start()
+    proxy = Proxy(broker.host, broker.port, port=port, batch_topics=BATCH_TOPICS, max_batch_size=pub.limits[0],
+                  max_payload_bytes=pub.limits[1]).start()
     if s.hold_connects_s:
         proxy.refuse_connects(True)
     pending = sorted(s.faults, key=lambda f: f[0])

@@ -28,7 +28,8 @@ def _mosquitto_version() -> str:
 def run(args: argparse.Namespace) -> int:
     words = ["mqbatch", "conformance", args.suite] + (["--full"] if args.full else []) + [
         w for flag, v in (("--cmd", args.cmd), ("--sub-cmd", args.sub_cmd), ("--markdown", args.markdown),
-                          ("--json", args.json)) if v for w in (flag, v)]
+                          ("--json", args.json)) if v for w in (flag, v)] + [
+        w for sc in args.scenario or () for w in ("--scenario", sc)]
     report: dict = {"command": " ".join(shlex.quote(w) for w in words),
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
                     "broker_version": _mosquitto_version()}
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
             scenarios = [s for s in C.SCENARIOS if s.name in args.scenario]
         print(f"publisher: {len(scenarios)} scenarios", file=sys.stderr)
         pub = C.run_publisher(scenarios, work / "publisher", cmd=shlex.split(args.cmd) if args.cmd else None,
-                              progress=lambda m: print(m, file=sys.stderr))
+                              progress=lambda m: print(m, file=sys.stderr),
+                              limits=(args.max_batch_size, args.max_payload_bytes))
         report["publisher"] = pub["publisher"]
         report["publisher_run"] = pub
         if not args.cmd:
@@ -76,6 +78,9 @@ def register(sub) -> None:
     p.add_argument("--cmd", help="the publisher (or, with 'subscriber', the subscriber) under test as a command; "
                                  "default: the firmware application / the host decoder")
     p.add_argument("--sub-cmd", help="with 'all': the subscriber command")
+    p.add_argument("--max-batch-size", type=int, default=100, help="with --cmd: the publisher's configured "
+                   "batch-size limit, checked on every batch (default: the spec's 100)")
+    p.add_argument("--max-payload-bytes", type=int, default=65536, help="with --cmd: its payload limit (65536)")
     p.add_argument("--full", action="store_true", help="the full Mosquitto matrix (default: the short CI matrix)")
     p.add_argument("--scenario", action="append", help="run only this publisher scenario (repeatable)")
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown report")
