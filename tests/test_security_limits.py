@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mqbatch.brokerconf import LIMITS, MAX_BATCH_PAYLOAD
+from mqbatch.brokerconf import LIMITS, MAX_BATCH_PAYLOAD, Limits
 from mqbatch.secmatrix import wait_until
 from test_security_e2e import device, landed_payloads, send
 
@@ -186,3 +186,25 @@ def test_recorder_announces_its_maximum_packet_size(mosquitto, pki, subscriber, 
     got = landed_payloads(tmp_path / "landing")
     assert ok and b"fine" in got and b"poison" not in got, rec.out.getvalue()
     assert "Dropping too large outgoing PUBLISH" in b.logs() or "too large" in b.logs().lower(), b.logs()[-2000:]
+
+
+def test_queue_for_a_recorder_that_is_down_is_bounded(secure_stack, stack_recorder, tmp_path):
+    # finding 5: with max_queued_messages 0 the broker queued without bound for a recorder
+    # that was down (8 x 64 MB: 521 MB broker, 537 MB mosquitto.db). Now max_queued_bytes
+    # holds; beyond it Mosquitto 2.0.11 drops new messages for that client (and still
+    # PUBACKs the sender: no back-pressure), so the limit must be sized for the outage.
+    limit = 256 << 10
+    stack = secure_stack(["dev-001"], limits=Limits(max_queued_bytes=limit))
+    stack_recorder(stack, tmp_path / "landing").stop()            # session (and subscription) kept
+    dev = device(stack, "dev-001")
+    sent = [dev.publish("mqbatch/dev-001/telemetry", bytes([i]) * 60_000) for i in range(12)]
+    rec = stack_recorder(stack, tmp_path / "landing")
+    wait_until(lambda: rec.recorder.acked >= 1, 10)
+    time.sleep(1)
+    rec.stop()
+    got = landed_payloads(tmp_path / "landing")
+    print(f"recorder down, 12 x 60,000 B published ({sent.count('0x00 Success')} PUBACK success), "
+          f"max_queued_bytes {limit}: {len(got)} queued and landed; broker log says dropped: "
+          f"{'Outgoing messages are being dropped' in stack.broker.logs()}")
+    assert 1 <= len(got) <= limit // 60_000 + 1
+    assert "Outgoing messages are being dropped for client" in stack.broker.logs()

@@ -19,7 +19,7 @@ import pathlib
 import secrets
 
 from mqbatch.broker import Mosquitto
-from mqbatch.brokerconf import Policy
+from mqbatch.brokerconf import LIMITS, Limits, Policy
 from mqbatch.pki import make_pki
 
 RECORDER = "recorder"
@@ -29,14 +29,14 @@ BASELINE = "baseline"           # the umqtt.simple comparison client (mqbatch.ba
 
 class LocalStack:
     def __init__(self, run_dir: os.PathLike | str, devices: list[str], *, port: int | None = None,
-                 broker_options: dict | None = None):
+                 broker_options: dict | None = None, limits: Limits = LIMITS):
         self.run_dir = pathlib.Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.run_dir / "pki", clients=[RECORDER])
         self.credentials = {d: secrets.token_urlsafe(12) for d in devices}
         self.recorder_login = (RECORDER, secrets.token_urlsafe(12))
         self.baseline_login = (BASELINE, secrets.token_urlsafe(12))
-        self.policy = Policy()
+        self.policy = Policy(limits=limits)
         for dev, password in self.credentials.items():
             self.policy.add_device(dev, password)
         self.policy.add_recorder(*self.recorder_login, client_id=RECORDER_CLIENT_ID)
