@@ -184,16 +184,22 @@ class Policy:
                                      "subscribe": False, "unsubscribe": True},
                 "clients": clients, "groups": [], "roles": roles}
 
-    def broker_options(self, *, cert_identity: bool = False) -> dict:
+    def broker_options(self, *, cert_identity: bool = False, save_every_change: bool = False) -> dict:
         """Keyword arguments for mqbatch.broker.Mosquitto: the plugin, the limits, TLS
         versions/suites, no anonymous access. cert_identity: the listener authenticates
-        by client certificate (CN = username) and binds the client id to it."""
+        by client certificate (CN = username) and binds the client id to it.
+        save_every_change: with persistence, write the whole in-memory database after
+        every change (autosave_on_changes, autosave_interval 1) so that a broker crash
+        loses nothing it acknowledged; the cost grows with the queued data (each save
+        rewrites everything), so it is off by default and not measured here."""
         opts = {"allow_anonymous": False, "dynamic_security": self.dynamic_security(),
                 "message_size_limit": self.limits.message_size_limit,
                 "max_packet_size": self.limits.max_packet_size,
                 "max_queued_messages": self.limits.max_queued_messages,
                 "max_queued_bytes": self.limits.max_queued_bytes,
                 "tls_version": TLS_VERSION, "ciphers": TLS12_CIPHERS}
+        if save_every_change:
+            opts.update(autosave_on_changes=True, autosave_interval=1)
         if cert_identity:
             opts.update(require_certificate=True, use_identity_as_username=True, use_username_as_clientid=True)
         return opts
