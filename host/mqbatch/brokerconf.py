@@ -43,7 +43,9 @@ Mechanism (docs/security.md has the threat model and the tested matrix):
 Certificate identity (mutual TLS, the certificate CN as username): the plugin's
 password check is not used for such clients, so `broker_options(cert_identity=True)`
 also sets ``use_username_as_clientid``: the broker replaces whatever client id
-a certificate client sends by its CN.
+a certificate client sends by its CN (so in that mode an account's client id is
+its username; add accounts with password None). Tested in
+tests/test_security_matrix.py.
 """
 from __future__ import annotations
 

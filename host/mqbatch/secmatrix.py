@@ -35,13 +35,14 @@ class Probe:
     connack: "0x00 Success" or the refusal ("0x87 Not authorized"); connected: bool."""
 
     def __init__(self, host: str, port: int, cafile, client_id: str, username: str | None, password: str | None,
-                 clean_start: bool = True, session_expiry: int = 0):
+                 clean_start: bool = True, session_expiry: int = 0, certfile=None, keyfile=None):
         self.disconnects: list[str] = []
         self._cond = threading.Condition()
         self._acks: dict[int, object] = {}
         self._connack = None
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-        c.tls_set(ca_certs=str(cafile), cert_reqs=ssl.CERT_REQUIRED)
+        c.tls_set(ca_certs=str(cafile), certfile=certfile and str(certfile), keyfile=keyfile and str(keyfile),
+                  cert_reqs=ssl.CERT_REQUIRED)
         if username is not None:
             c.username_pw_set(username, password)
         c.on_connect = self._on_connect
