@@ -37,6 +37,17 @@ def landed_payloads(landing_dir) -> list[bytes]:
     return [r["payload"] for r in landing.read_landing(landing_dir).to_pylist()]
 
 
+def stop_and_count(rec, landing_dir, acked: list[bytes], what: str, timeout: float = 15) -> int:
+    """Wait until the recorder acknowledged len(acked) (or timeout), stop it, print and
+    return how many of the acknowledged payloads were landed."""
+    wait_until(lambda: rec.recorder.acked >= len(acked), timeout)
+    rec.output_before_stop = rec.out.getvalue()
+    rec.stop()
+    landed = len(set(landed_payloads(landing_dir)) & set(acked))
+    print(f"{what}: {len(acked)} acknowledged, {landed} landed")
+    return landed
+
+
 def test_a_device_cannot_join_the_recorders_share_group(secure_stack, stack_recorder, tmp_path):
     # finding 1: with acl_file any account could SUBSCRIBE $share/mqbatch-recorders/...;
     # Mosquitto then round-robined telemetry to it, refused delivery and PUBACKed the sender
@@ -46,13 +57,8 @@ def test_a_device_cannot_join_the_recorders_share_group(secure_stack, stack_reco
     answer = intruder.subscribe(stack.policy.share_subscription)
     honest = device(stack, "dev-001")
     acked = send(honest, "dev-001", 60, "share")
-    wait_until(lambda: rec.recorder.acked >= len(acked), 10)
-    rec.stop()
-    got = landed_payloads(tmp_path / "landing")
-    print(f"share-group intrusion: subscribe answered {answer}; {len(acked)} acknowledged, "
-          f"{len(set(got) & set(acked))} landed")
-    assert len(acked) == 60
-    assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged PUBLISHes never landed"
+    landed = stop_and_count(rec, tmp_path / "landing", acked, f"share-group intrusion (SUBACK {answer})")
+    assert len(acked) == 60 and landed == 60, "acknowledged PUBLISHes were lost"
     assert answer == "0x87 Not authorized"
 
 
@@ -66,13 +72,7 @@ def test_a_device_cannot_take_over_the_recorders_client_id(secure_stack, stack_r
     honest = device(stack, "dev-001")
     acked = send(honest, "dev-001", 20, "takeover")
     intruder.close()
-    wait_until(lambda: rec.recorder.acked >= len(acked), 15)
-    before_stop = rec.out.getvalue()
-    rec.stop()
-    got = landed_payloads(tmp_path / "landing")
-    print(f"client-id takeover: CONNACK {intruder.connack}; {len(acked)} acknowledged, "
-          f"{len(set(got) & set(acked))} landed")
-    assert len(acked) == 20
-    assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged PUBLISHes never landed"
+    landed = stop_and_count(rec, tmp_path / "landing", acked, f"client-id takeover (CONNACK {intruder.connack})")
+    assert len(acked) == 20 and landed == 20, "acknowledged PUBLISHes were lost"
     assert intruder.connack == "0x87 Not authorized"
-    assert "disconnected" not in before_stop, before_stop      # the recorder was never kicked off
+    assert "disconnected" not in rec.output_before_stop, rec.output_before_stop   # never kicked off

@@ -14,20 +14,12 @@ import time
 
 import pytest
 
+from mqbatch.codec import vbi_encode
 from mqbatch.brokerconf import LIMITS, MAX_BATCH_PAYLOAD, Limits
 from mqbatch.secmatrix import wait_until
 from test_security_e2e import device, landed_payloads, send
 
 pytestmark = pytest.mark.broker
-
-
-def _vbi(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _str(s: str | bytes) -> bytes:
@@ -36,7 +28,7 @@ def _str(s: str | bytes) -> bytes:
 
 
 def _packet(first: int, body: bytes) -> bytes:
-    return bytes([first]) + _vbi(len(body)) + body
+    return bytes([first]) + vbi_encode(len(body)) + body
 
 
 class RawDevice:
@@ -45,7 +37,7 @@ class RawDevice:
     def __init__(self, host, port, cafile, client_id, username, password):
         ctx = ssl.create_default_context(cafile=str(cafile))
         self.sock = ctx.wrap_socket(socket.create_connection((host, port), timeout=10), server_hostname="localhost")
-        body = _str("MQTT") + bytes([5, 0xC2]) + (30).to_bytes(2, "big") + _vbi(0) + _str(client_id) + \
+        body = _str("MQTT") + bytes([5, 0xC2]) + (30).to_bytes(2, "big") + vbi_encode(0) + _str(client_id) + \
             _str(username) + _str(password)
         self.sock.sendall(_packet(0x10, body))
         connack = self.sock.recv(1024)
@@ -54,7 +46,7 @@ class RawDevice:
     def publish(self, topic: str, properties: bytes, payload: bytes, pid: int = 1) -> str | None:
         """Send one QoS 1 PUBLISH; returns None, or how the send failed (the broker
         may close the connection before a big packet is fully sent)."""
-        body = _str(topic) + pid.to_bytes(2, "big") + _vbi(len(properties)) + properties + payload
+        body = _str(topic) + pid.to_bytes(2, "big") + vbi_encode(len(properties)) + properties + payload
         try:
             self.sock.sendall(_packet(0x32, body))
         except OSError as e:
