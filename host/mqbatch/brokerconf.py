@@ -71,15 +71,16 @@ class Limits:
     """Every size and queue the broker enforces.
 
     message_size_limit: largest PUBLISH payload accepted; a bigger one is refused
-      (MQTT 5 QoS 1: PUBACK 0x97/0x83 to the sender, nothing forwarded).
+      (QoS 1: Mosquitto 2.0.11 answers PUBACK 0x95, nothing is forwarded).
     max_packet_size: largest packet accepted (payload + topic + properties);
       a bigger one closes the sender's connection (DISCONNECT 0x95). This also
       bounds the user properties of one PUBLISH (at most ~14,000 empty ones),
       which is what keeps a hostile PUBLISH from stalling a recorder.
     max_queued_messages / max_queued_bytes: per client, what the broker keeps
       for a subscriber beyond its in-flight window (a recorder that is down).
-      Beyond them Mosquitto drops new messages for that client: size them for
-      the longest recorder outage you must survive (bytes / fleet rate).
+      Beyond them Mosquitto drops new messages for that client (and still
+      PUBACKs the sender): size them for the longest recorder outage you must
+      survive (bytes / fleet rate).
     """
     message_size_limit: int = MAX_BATCH_PAYLOAD
     max_packet_size: int = MAX_BATCH_PAYLOAD + TOPIC_AND_PROPERTIES
