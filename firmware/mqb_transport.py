@@ -28,8 +28,9 @@ TLS_UNTRUSTED = "untrusted"        # the server certificate is not signed by our
 TLS_HOSTNAME = "hostname"          # the certificate does not name server_hostname
 TLS_EXPIRED = "expired"            # the certificate's validity has ended
 TLS_NOT_YET_VALID = "not-yet-valid"  # its validity starts in the future (check the device clock)
-TLS_REJECTED = "rejected"          # the broker ended the handshake: it wants a client certificate we did not
-                                   # send (or refuses ours); mbedTLS reports only EPIPE/ECONNRESET
+TLS_REJECTED = "rejected"          # the broker ended the handshake while we still wrote to it: mostly it
+                                   # wants a client certificate we did not send; mbedTLS reports only EPIPE
+                                   # (a reset, e.g. a broker restarting, stays "handshake")
 TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, cipher suites)
 
 # (mbedtls_x509_crt_verify_info text, kind, what it means), checked in this order
@@ -63,7 +64,7 @@ class TLSError(TransportError):
         for needle, kind, meaning in _TLS:
             if needle in text:
                 break
-        if kind == TLS_HANDSHAKE and isinstance(exc, OSError) and exc.errno in (_EPIPE, errno.ECONNRESET):
+        if kind == TLS_HANDSHAKE and isinstance(exc, OSError) and exc.errno == _EPIPE:
             kind, meaning = TLS_REJECTED, ("broker closed the connection during the TLS handshake (does it require "
                                            "a client certificate, and are certfile/keyfile set and signed by its CA?)")
         super().__init__("TLS: %s: %s (%s)" % (meaning, text, where), code)

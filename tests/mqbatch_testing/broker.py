@@ -120,7 +120,9 @@ class Subscriber:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         self.connack = (reason_code, properties)
-        if not reason_code.is_failure and not flags.session_present:
+        # Mosquitto 2.0.11 restores a persisted session after a restart without its shared
+        # ($share/...) subscriptions: subscribe again (mqbatch.ingest does so on every connect)
+        if not reason_code.is_failure and (not flags.session_present or self._topic.startswith("$share/")):
             client.subscribe(self._topic, qos=self._qos)
         elif flags.session_present:
             self._subscribed.set()      # the subscription is part of the resumed session
