@@ -28,7 +28,10 @@ TLS_UNTRUSTED = "untrusted"        # the server certificate is not signed by our
 TLS_HOSTNAME = "hostname"          # the certificate does not name server_hostname
 TLS_EXPIRED = "expired"            # the certificate's validity has ended
 TLS_NOT_YET_VALID = "not-yet-valid"  # its validity starts in the future (check the device clock)
-TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, reset, refused client cert)
+TLS_REJECTED = "rejected"          # the broker ended the handshake while we still wrote to it: mostly it
+                                   # wants a client certificate we did not send; mbedTLS reports only EPIPE
+                                   # (a reset, e.g. a broker restarting, stays "handshake")
+TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, cipher suites)
 
 # (mbedtls_x509_crt_verify_info text, kind, what it means), checked in this order
 _TLS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED,
@@ -39,6 +42,7 @@ _TLS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED,
         ("does not match with the expected CN", TLS_HOSTNAME, "server certificate does not match the server name"),
         ("", TLS_HANDSHAKE, "TLS handshake failed"))
 _MBEDTLS_CERT_VERIFY_FAILED = const(-0x2700)
+_EPIPE = const(32)  # MicroPython's errno module has no EPIPE
 _POLL_EVENTS = const(0x0001 | 0x0008 | 0x0010)  # POLLIN | POLLERR | POLLHUP
 
 
@@ -60,6 +64,9 @@ class TLSError(TransportError):
         for needle, kind, meaning in _TLS:
             if needle in text:
                 break
+        if kind == TLS_HANDSHAKE and isinstance(exc, OSError) and exc.errno == _EPIPE:
+            kind, meaning = TLS_REJECTED, ("broker closed the connection during the TLS handshake (does it require "
+                                           "a client certificate, and are certfile/keyfile set and signed by its CA?)")
         super().__init__("TLS: %s: %s (%s)" % (meaning, text, where), code)
         self.kind = kind
 

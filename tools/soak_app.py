@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))     # the reference subscriber of the te
 from mqbatch import codec, records  # noqa: E402
 from mqbatch.devices import Fleet  # noqa: E402
 from mqbatch.netcut import Relay  # noqa: E402
-from mqbatch.stack import LocalStack  # noqa: E402
+from mqbatch.stack import RECORDER_CLIENT_ID, LocalStack  # noqa: E402
 from mqbatch_testing.broker import Subscriber  # noqa: E402
 
 DEV = "dev-001"
@@ -73,8 +73,11 @@ def main(argv=None) -> int:
     broker = stack.broker
     broker.start()
     relay = Relay(broker.host, broker.port).start()
-    witness = Subscriber(broker, "mqbatch/#", client_id="soak-witness", username=stack.recorder_login[0],
-                         password=stack.recorder_login[1], cafile=stack.ca_cert, persistent=True)
+    # the witness uses the recorder's account: the broker binds it to the recorder's client id
+    # and lets it subscribe only the recorders' share group (docs/security.md)
+    witness = Subscriber(broker, stack.policy.share_subscription, client_id=RECORDER_CLIENT_ID,
+                         username=stack.recorder_login[0], password=stack.recorder_login[1], cafile=stack.ca_cert,
+                         persistent=True)
     cfg = {"sample_hz": a.sample_hz, "run_for_s": a.duration, "drain_timeout_s": 120, "health_every_s": 10,
            "backoff": {"initial_ms": 500, "max_ms": 5000}}
     fleet = Fleet(run_dir / "fleet", relay.host, relay.port, credentials=stack.credentials, ca=stack.ca_cert,

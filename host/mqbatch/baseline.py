@@ -85,14 +85,17 @@ def fetch_umqtt(dest: os.PathLike | str) -> str:
 
 
 # Runs in the MicroPython Unix port: connect with umqtt.simple over TLS, publish each
-# record (hex on argv) as its own QoS 1 PUBLISH, disconnect.
+# record (hex on argv) as its own QoS 1 PUBLISH, disconnect. The password comes on
+# stdin (a command line is readable by every local user); the client id is the
+# username, the one the broker binds to this account (mqbatch.brokerconf).
 _WORKER = """
 import sys, ssl
 from umqtt.simple import MQTTClient
-host, port, ca, user, pw, topic, n, rec = sys.argv[1:9]
+host, port, ca, user, topic, n, rec = sys.argv[1:8]
+pw = sys.stdin.readline().strip()
 with open(ca, 'rb') as f:
     cadata = f.read()
-c = MQTTClient(user + '-baseline', host, int(port), user=user, password=pw, ssl=True,
+c = MQTTClient(user, host, int(port), user=user, password=pw, ssl=True,
                ssl_params={'cert_reqs': ssl.CERT_REQUIRED, 'cadata': cadata, 'server_hostname': 'localhost'})
 c.connect()
 data = bytes.fromhex(rec)
@@ -120,9 +123,9 @@ def measure(work_dir: os.PathLike | str, stack, *, count: int = 200) -> dict:
         try:
             try:
                 proc = subprocess.run([str(micropython_exe()), str(work / "worker.py"), relay.host, str(relay.port),
-                                       str(ca_der), user, password, f"{user}/umqtt", str(n), rec.hex()],
+                                       str(ca_der), user, f"{user}/umqtt", str(n), rec.hex()],
                                       env=dict(os.environ, MICROPYPATH=f".frozen:{work / 'lib'}"),
-                                      capture_output=True, text=True, timeout=120)
+                                      input=password + "\n", capture_output=True, text=True, timeout=120)
             except subprocess.TimeoutExpired:
                 raise BaselineUnavailable(f"umqtt.simple did not finish {n} publishes within 120 s") from None
             time.sleep(0.2)         # let the relay count the last bytes

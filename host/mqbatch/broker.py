@@ -22,10 +22,18 @@ Example::
 
 Options map one-to-one onto mosquitto.conf(5) keys; ``None`` means "leave
 Mosquitto's default". Global keys: allow_anonymous, password_file (from
-``users``), acl_file (from ``acl``), max_packet_size, max_inflight_messages,
-retain_available, persistence, persistence_location (``<dir>/data/``),
-autosave_interval. Listener keys: the port, certfile/keyfile/cafile,
-require_certificate, use_identity_as_username, max_topic_alias, max_qos.
+``users``), acl_file (from ``acl``), the dynamic-security plugin and its
+config file (from ``dynamic_security``, a JSON document: see
+mqbatch.brokerconf), max_packet_size, message_size_limit, max_queued_messages,
+max_queued_bytes, max_inflight_messages, retain_available, persistence,
+persistence_location (``<dir>/data/``), autosave_interval, autosave_on_changes.
+Listener keys: the port, certfile/keyfile/cafile, tls_version, ciphers,
+require_certificate, use_identity_as_username, use_username_as_clientid,
+max_topic_alias, max_qos.
+
+Every file written here that holds a secret or a policy (passwd, acl,
+dynamic-security.json) is mode 0600: Mosquitto reads it as the same user
+(the config's ``user`` line).
 ``extra`` lines are appended verbatim at the end (after the listener line, so
 listener options are allowed there).
 
@@ -48,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import base64
+import json
 import os
 import pathlib
 import pwd
@@ -58,6 +67,9 @@ import time
 from collections.abc import Iterable, Mapping
 
 MOSQUITTO = pathlib.Path("/usr/sbin/mosquitto")
+# Debian's mosquitto package ships the dynamic-security plugin in the multiarch lib directory
+DYNSEC_PLUGIN = next(iter(sorted(pathlib.Path("/usr/lib").glob("*/mosquitto_dynamic_security.so"))),
+                     pathlib.Path("/usr/lib/mosquitto_dynamic_security.so"))
 HOST = "127.0.0.1"
 
 
@@ -81,6 +93,17 @@ def password_line(username: str, password: str, iterations: int = 101) -> str:
     salt = os.urandom(12)
     digest = hashlib.pbkdf2_hmac("sha512", password.encode("utf-8"), salt, iterations)
     return f"{username}:$7${iterations}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def write_private(path: str | os.PathLike, text: str) -> pathlib.Path:
+    """Write `text` to `path` readable and writable by its owner only (0600), also
+    when the file already existed with wider permissions."""
+    path = pathlib.Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
 
 
 def _bool(v: bool) -> str:
@@ -107,13 +130,21 @@ class Mosquitto:
                  allow_anonymous: bool = True,
                  users: Mapping[str, str] | None = None,
                  acl: str | None = None,
+                 dynamic_security: Mapping | None = None,
                  max_packet_size: int | None = None,
+                 message_size_limit: int | None = None,
+                 max_queued_messages: int | None = None,
+                 max_queued_bytes: int | None = None,
+                 tls_version: str | None = None,
+                 ciphers: str | None = None,
+                 use_username_as_clientid: bool | None = None,
                  max_topic_alias: int | None = None,
                  max_inflight_messages: int | None = None,
                  max_qos: int | None = None,
                  retain_available: bool | None = None,
                  persistence: bool = False,
                  autosave_interval: int | None = None,
+                 autosave_on_changes: bool | None = None,
                  extra: Iterable[str] = (),
                  executable: str | os.PathLike = MOSQUITTO):
         self.directory = pathlib.Path(directory)
@@ -140,17 +171,21 @@ class Mosquitto:
                 f"log_dest file {self.log_path}", "log_type all", "connection_messages true",
                 f"allow_anonymous {_bool(allow_anonymous)}"]
         if users is not None:
-            pw = self.directory / "passwd"
-            pw.write_text("".join(password_line(u, p) + "\n" for u, p in users.items()))
-            os.chmod(pw, 0o644)
+            pw = write_private(self.directory / "passwd",
+                               "".join(password_line(u, p) + "\n" for u, p in users.items()))
             glob.append(f"password_file {pw}")
         if acl is not None:
-            acl_path = self.directory / "acl"
-            acl_path.write_text(acl if acl.endswith("\n") else acl + "\n")
-            os.chmod(acl_path, 0o644)
+            acl_path = write_private(self.directory / "acl", acl if acl.endswith("\n") else acl + "\n")
             glob.append(f"acl_file {acl_path}")
-        if max_packet_size is not None:
-            glob.append(f"max_packet_size {max_packet_size}")
+        if dynamic_security is not None:
+            if not DYNSEC_PLUGIN.exists():
+                raise BrokerError(f"the dynamic-security plugin {DYNSEC_PLUGIN} is missing (Debian package mosquitto)")
+            ds = write_private(self.directory / "dynamic-security.json", json.dumps(dynamic_security, indent=1))
+            glob += [f"plugin {DYNSEC_PLUGIN}", f"plugin_opt_config_file {ds}"]
+        for key, value in (("max_packet_size", max_packet_size), ("message_size_limit", message_size_limit),
+                           ("max_queued_messages", max_queued_messages), ("max_queued_bytes", max_queued_bytes)):
+            if value is not None:
+                glob.append(f"{key} {int(value)}")
         if max_inflight_messages is not None:
             glob.append(f"max_inflight_messages {max_inflight_messages}")
         if retain_available is not None:
@@ -162,16 +197,26 @@ class Mosquitto:
             glob.append(f"persistence_location {data}/")
             if autosave_interval is not None:
                 glob.append(f"autosave_interval {autosave_interval}")
+            if autosave_on_changes is not None:
+                glob.append(f"autosave_on_changes {_bool(autosave_on_changes)}")
         self._global_lines = glob
         lst = []
         if self.tls:
             lst += [f"certfile {certfile}", f"keyfile {keyfile}"]
             if cafile is not None:
                 lst.append(f"cafile {cafile}")
+            if tls_version is not None:
+                lst.append(f"tls_version {tls_version}")
+            if ciphers is not None:
+                lst.append(f"ciphers {ciphers}")
+        elif tls_version is not None or ciphers is not None:
+            raise BrokerError("tls_version/ciphers need a TLS listener (certfile, keyfile)")
         if require_certificate is not None:
             lst.append(f"require_certificate {_bool(require_certificate)}")
         if use_identity_as_username is not None:
             lst.append(f"use_identity_as_username {_bool(use_identity_as_username)}")
+        if use_username_as_clientid is not None:
+            lst.append(f"use_username_as_clientid {_bool(use_username_as_clientid)}")
         if max_topic_alias is not None:
             lst.append(f"max_topic_alias {max_topic_alias}")
         if max_qos is not None:

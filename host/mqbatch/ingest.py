@@ -31,6 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from mqbatch.brokerconf import LIMITS
 from mqbatch.landing import Landed, LandingWriter, check_name
 
 
@@ -53,6 +54,10 @@ class RecorderConfig:
     password: str | None = None
     session_expiry: int = 3600               # seconds the broker keeps our session (and messages) while we are down
     receive_maximum: int = 100               # PUBLISHes in flight towards us
+    # Maximum Packet Size sent in CONNECT: the broker never sends us a bigger packet, so a
+    # hostile PUBLISH (e.g. 100,000 user properties, which paho parses in super-linear time)
+    # cannot stall the network thread. At least the broker's own max_packet_size (docs/ingest.md, Limits).
+    max_packet_size: int = LIMITS.recorder_max_packet_size
     keepalive: int = 30
     roll_bytes: int = 64 << 20
     roll_seconds: float = 60.0
@@ -67,6 +72,8 @@ class RecorderConfig:
             raise ValueError("session_expiry must be > 0: the broker must keep messages while the recorder is down")
         if not 1 <= self.receive_maximum <= 65535:
             raise ValueError(f"receive_maximum must be 1..65535, got {self.receive_maximum}")
+        if not 1024 <= self.max_packet_size <= 268435455:
+            raise ValueError(f"max_packet_size must be 1024..268435455 bytes, got {self.max_packet_size}")
 
     @property
     def subscription(self) -> str:
@@ -227,6 +234,7 @@ class Recorder:
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = cfg.session_expiry
         props.ReceiveMaximum = cfg.receive_maximum
+        props.MaximumPacketSize = cfg.max_packet_size
         writer_done = threading.Event()
         writer = threading.Thread(target=self._writer_loop, args=(writer_done,), name="landing-writer", daemon=True)
         writer.start()

@@ -12,8 +12,8 @@
 Every certificate and key is written both as PEM (``.crt``/``.key``, for
 Mosquitto and paho) and as DER (``.der``/``.key.der``, for MicroPython boards,
 where DER saves RAM). Keys are EC P-256 (small, fast on microcontrollers) in
-PKCS#8, unencrypted, mode 0644 so that Mosquitto can read them after dropping
-root privileges.
+PKCS#8, unencrypted, mode 0600 (owner only: Mosquitto runs as the same user,
+mqbatch.broker writes `user <current user>`); certificates are public, 0644.
 
 Example::
 
@@ -81,12 +81,14 @@ def _write(directory: pathlib.Path, stem: str, cert: x509.Certificate, key: ec.E
                      directory / f"{stem}.der", directory / f"{stem}.key.der")
     pkcs8 = serialization.PrivateFormat.PKCS8
     none = serialization.NoEncryption()
-    for path, data in ((paths.cert, cert.public_bytes(serialization.Encoding.PEM)),
-                       (paths.cert_der, cert.public_bytes(serialization.Encoding.DER)),
-                       (paths.key, key.private_bytes(serialization.Encoding.PEM, pkcs8, none)),
-                       (paths.key_der, key.private_bytes(serialization.Encoding.DER, pkcs8, none))):
-        path.write_bytes(data)
-        os.chmod(path, 0o644)  # test keys: readable by mosquitto after it drops root
+    for path, data, mode in ((paths.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644),
+                             (paths.cert_der, cert.public_bytes(serialization.Encoding.DER), 0o644),
+                             (paths.key, key.private_bytes(serialization.Encoding.PEM, pkcs8, none), 0o600),
+                             (paths.key_der, key.private_bytes(serialization.Encoding.DER, pkcs8, none), 0o600)):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.fchmod(fd, mode)          # also when the file existed with other permissions
+        with open(fd, "wb") as f:
+            f.write(data)
     return paths
 
 

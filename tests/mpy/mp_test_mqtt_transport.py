@@ -1,7 +1,8 @@
 # MicroPython tests of firmware/mqb_transport.py that need no network: the TLS
 # configuration rules and the PEM-to-DER conversion of certificate files.
 import binascii
-from mqb_transport import Transport, TLSError, read_der, TLS_UNTRUSTED, TLS_HOSTNAME, TLS_EXPIRED, TLS_HANDSHAKE
+from mqb_transport import Transport, TLSError, read_der, TLS_UNTRUSTED, TLS_HOSTNAME, TLS_EXPIRED, TLS_HANDSHAKE, \
+    TLS_REJECTED
 from outbox_util import TmpDir, str_raises
 
 
@@ -51,3 +52,7 @@ def test_tls_error_kinds_from_mbedtls_texts():
         e = TLSError(ValueError(text), "h:8883")
         assert e.kind == kind and "h:8883" in str(e), (kind, str(e))
     assert "wrong CA file" in str(TLSError(ValueError(cases[0][0]), "x"))
+    # a broker that requires a client certificate closes the handshake: mbedTLS says only EPIPE (32)
+    e = TLSError(OSError(32), "h:8883")
+    assert e.kind == TLS_REJECTED and "client certificate" in str(e), str(e)
+    assert TLSError(OSError(104), "h:8883").kind == TLS_HANDSHAKE    # a reset (broker restarting) is not that
