@@ -145,6 +145,9 @@ def run_stream(spark: SparkSession, landing: str, out: str, opts: JobOptions, ch
              .foreachBatch(lambda df, batch_id: process_batch(spark, df, batch_id, out, opts, say))
              .option("checkpointLocation", f"{checkpoint}/landing")
              .trigger(**trigger).queryName("telemetry").start())
+    say(f"telemetry_job: streaming {landing} -> {out} ("
+        f"{'every file not yet processed, then stop' if trigger_seconds is None else f'every {trigger_seconds} s'})",
+        flush=True)
     try:
         query.awaitTermination()
     finally:
