@@ -26,7 +26,7 @@ _EXPORTS = {
     "decode_landed_row": "decoder", "decode_batches": "decoder", "decode_arrow": "decoder",
     "read_landing": "pipeline", "decode": "pipeline", "records": "pipeline", "quarantine": "pipeline",
     "record_rows": "pipeline", "quarantine_rows": "pipeline", "deduplicate": "pipeline",
-    "boot_quality": "pipeline", "device_quality": "pipeline", "build_report": "pipeline",
+    "boot_quality": "pipeline", "latency_percentiles": "pipeline", "build_report": "pipeline",
     "write_report": "pipeline", "run_batch": "pipeline",
     "run_stream": "stream",
     "session": "job", "main": "job",

@@ -15,8 +15,9 @@ from mqbatch.spark.pipeline import run_batch
 from mqbatch.spark.stream import run_stream
 
 
-def session(master: str | None = None, log_level: str | None = None) -> SparkSession:
-    """The job's session: --master, else what spark-submit set, else local[*]."""
+def session(master: str | None = None, log_level: str | None = None, **conf_items: str) -> SparkSession:
+    """The job's session: --master, else what spark-submit set, else local[*]. conf_items:
+    extra settings (spark.ui.showConsoleProgress="false", ...) for a session started here."""
     # Start (or join) the JVM first: under spark-submit it holds spark-submit's
     # settings (--master among them), which a SparkConf made before it cannot see;
     # setting local[*] then would silently run a cluster submission locally.
@@ -26,6 +27,8 @@ def session(master: str | None = None, log_level: str | None = None) -> SparkSes
         conf.setMaster(master)
     elif not conf.contains("spark.master"):
         conf.setMaster("local[*]")
+    for key, value in conf_items.items():
+        conf.set(key, value)
     spark = (SparkSession.builder.appName("mqbatch-telemetry").config(conf=conf)
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     if log_level:

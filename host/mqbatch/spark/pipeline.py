@@ -84,9 +84,10 @@ def record_output(unique: DataFrame) -> DataFrame:
     return unique.select(*RECORD_COLUMNS, F.date_format("received_at", "yyyy-MM-dd").alias("date"))
 
 
-def boot_quality(arrivals: DataFrame, unique: DataFrame, opts: JobOptions) -> DataFrame:
-    """Per (device, boot): received, unique, out-of-order, missing (older than the reorder
-    window), pending (gaps still inside it), dropped on the device, max seq."""
+def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
+    """Per (device, boot) of the unique records: unique, out-of-order, missing (older than
+    the reorder window), pending (gaps still inside it), max seq, dropped on the device.
+    The three windows share one partitioning by (device, boot)."""
     boot = Window.partitionBy("device", "boot")
     by_arrival = boot.orderBy(*ARRIVAL_ORDER).rowsBetween(Window.unboundedPreceding, -1)
     by_seq = boot.orderBy("seq")
@@ -98,38 +99,29 @@ def boot_quality(arrivals: DataFrame, unique: DataFrame, opts: JobOptions) -> Da
     lost_hi = F.least(F.col("seq") - 1, F.col("max_seq") - opts.reorder_window)
     flagged = (flagged.withColumn("gap", F.col("seq") - F.col("prev_seq") - 1)
                .withColumn("lost", F.greatest(F.lit(0), lost_hi - F.col("prev_seq"))))
-    per_boot = flagged.groupBy("device", "boot").agg(
+    return flagged.groupBy("device", "boot").agg(
         F.count("*").alias("unique"),
         F.sum(F.col("out_of_order").cast("long")).alias("out_of_order"),
         F.sum("lost").alias("missing"),
         F.sum(F.col("gap") - F.col("lost")).alias("pending"),
         F.max("seq").alias("max_seq"),
         F.max("dropped_total").alias("dropped_on_device"))
-    received = arrivals.groupBy("device", "boot").agg(F.count("*").alias("received"))
-    return per_boot.join(received, ["device", "boot"])
 
 
-def device_quality(arrivals: DataFrame, unique: DataFrame, bad: DataFrame, opts: JobOptions) -> DataFrame:
-    boots = boot_quality(arrivals, unique, opts).groupBy("device").agg(
-        F.count("*").alias("boots"), F.sum("received").alias("received"), F.sum("unique").alias("unique"),
-        F.sum("out_of_order").alias("out_of_order"), F.sum("missing").alias("missing"),
-        F.sum("pending").alias("pending"), F.sum(F.coalesce("dropped_on_device", F.lit(0))).alias("dropped_on_device"))
-    latency = (unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
-               .groupBy("device")
-               .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
-                    F.count("*").alias("latency_n")))
-    quarantined = (bad.where(F.col("device").isNotNull())
-                   .groupBy("device").agg(F.count("*").alias("quarantined")))
-    devices = boots.select("device").union(quarantined.select("device")).distinct()
-    return (devices.join(boots, "device", "left").join(latency, "device", "left")
-            .join(quarantined, "device", "left"))
+def latency_percentiles(unique: DataFrame) -> DataFrame:
+    """Per device: p50/p95/p99 of latency_ms over unique records with a synchronised clock."""
+    return (unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
+            .groupBy("device")
+            .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
+                 F.count("*").alias("latency_n")))
 
 
 def outcome_counts(decoded: DataFrame) -> list:
-    """One small aggregate for the report's totals: rows per (landed_first,
-    batch_status, stage, reason) with the received_at span of the landed rows."""
+    """One small aggregate of the decoded rows for the report: rows per (landed_first,
+    batch_status, stage, reason, device, boot, is a record) with the received_at span."""
     iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-    return (decoded.groupBy("landed_first", "batch_status", "stage", "reason")
+    return (decoded.groupBy("landed_first", "batch_status", "stage", "reason", "device", "boot",
+                            F.col("sub_index").isNotNull().alias("is_sub"))
             .agg(F.count("*").alias("n"), F.date_format(F.min("received_at"), iso).alias("first"),
                  F.date_format(F.max("received_at"), iso).alias("last"))
             .collect())
@@ -143,25 +135,38 @@ def _tally(rows, key, where) -> dict:
     return dict(sorted(out.items()))
 
 
+def _devices(outcomes: list, boots: list, latency: list) -> dict:
+    """Per-device quality from the three small collected aggregates (merged here, not in Spark)."""
+    received = _tally(outcomes, "device", lambda r: r["reason"] is None and r["is_sub"])
+    quarantined = _tally(outcomes, "device", lambda r: r["reason"] is not None and r["device"] is not None)
+    lat = {r["device"]: r for r in latency}
+    devices = {}
+    for name in sorted(set(received) | set(quarantined) | {b["device"] for b in boots}):
+        mine = [b for b in boots if b["device"] == name]
+        n_received, n_unique = received.get(name, 0), sum(b["unique"] for b in mine)
+        latency_row = lat.get(name)
+        devices[name] = {
+            "boots": len(mine), "received": n_received, "unique": n_unique, "duplicates": n_received - n_unique,
+            "missing": sum(b["missing"] or 0 for b in mine), "pending_gaps": sum(b["pending"] or 0 for b in mine),
+            "out_of_order": sum(b["out_of_order"] or 0 for b in mine),
+            "dropped_on_device": sum(b["dropped_on_device"] or 0 for b in mine),
+            "quarantined": quarantined.get(name, 0),
+            "latency_ms": None if latency_row is None else {
+                "n": latency_row["latency_n"], "p50": round(latency_row["lat"][0], 3),
+                "p95": round(latency_row["lat"][1], 3), "p99": round(latency_row["lat"][2], 3)},
+        }
+    return devices
+
+
 def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None,
                  bad_files: list | None = None) -> dict:
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
-    quarantined landing files (files.BadFile)."""
-    arrivals = records(decoded)
-    unique = unique if unique is not None else deduplicate(arrivals)
-    devices = {}
-    for r in sorted(device_quality(arrivals, unique, quarantine(decoded), opts).collect(), key=lambda r: r["device"]):
-        received, n_unique = r["received"] or 0, r["unique"] or 0
-        devices[r["device"]] = {
-            "boots": r["boots"] or 0, "received": received, "unique": n_unique, "duplicates": received - n_unique,
-            "missing": r["missing"] or 0, "pending_gaps": r["pending"] or 0, "out_of_order": r["out_of_order"] or 0,
-            "dropped_on_device": r["dropped_on_device"] or 0, "quarantined": r["quarantined"] or 0,
-            "latency_ms": None if r["lat"] is None else {
-                "n": r["latency_n"], "p50": round(r["lat"][0], 3), "p95": round(r["lat"][1], 3),
-                "p99": round(r["lat"][2], 3)},
-        }
+    quarantined landing files (files.BadFile). Three small aggregates are collected
+    (outcomes, per boot, latency) and merged on the driver."""
+    unique = unique if unique is not None else deduplicate(records(decoded))
     outcomes = outcome_counts(decoded)
+    devices = _devices(outcomes, boot_quality(unique, opts).collect(), latency_percentiles(unique).collect())
     landed = [r for r in outcomes if r["landed_first"]]
     batches = _tally(outcomes, "batch_status", lambda r: r["landed_first"])
     by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
