@@ -24,8 +24,8 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture(scope="module")
 def job(spark):
-    import telemetry_job   # spark_jobs/ is on sys.path once the `spark` fixture ran
-    return telemetry_job
+    import mqbatch.spark   # the pipeline's public API (spark_jobs/telemetry_job.py is its spark-submit entry)
+    return mqbatch.spark
 
 
 # -- tests/vectors: the job decodes exactly as mqbatch.codec ------------------------
@@ -150,7 +150,8 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
                        "by_reason": {"MALFORMED_BATCH_COUNT_MISMATCH": 1, "MALFORMED_BATCH_MISSING_PROPERTY": 1,
                                      "RECORD_TIME_IN_FUTURE": 1, "RECORD_VALUE_OUT_OF_RANGE": 1,
                                      "TOPIC_NOT_TELEMETRY": 1, "UNKNOWN_RECORD_VERSION": 1},
-                       "by_stage": {"batch": 2, "record": 3, "topic": 1}},
+                       "by_stage": {"batch": 2, "record": 3, "topic": 1}, "files": 0, "files_by_reason": {}},
+        "quarantined_files": [],
         "devices": {
             "dev-a": {"boots": 2, "received": 15 if partial else 13, "unique": 13 if partial else 11,
                       "duplicates": 2, "missing": 2 if partial else 1, "pending_gaps": 0 if partial else 1,
@@ -327,7 +328,7 @@ def test_mqbatch_spark_runs_the_job_with_spark_submit(scenario, tmp_path, job, s
                           "--master", "spark://head:7077", "--pyfiles-zip", str(tmp_path / "mqbatch.zip")],
                          capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert "--master spark://head:7077" in dry.stdout and f"--py-files {tmp_path / 'mqbatch.zip'}," in dry.stdout
+    assert "--master spark://head:7077" in dry.stdout and f"--py-files {tmp_path / 'mqbatch.zip'} " in dry.stdout
     with zipfile.ZipFile(tmp_path / "mqbatch.zip") as z:   # what a cluster's workers import
         assert {"mqbatch/__init__.py", "mqbatch/codec.py", "mqbatch/records.py"} <= set(z.namelist())
     assert "telemetry_job.py --landing L --out O" in dry.stdout

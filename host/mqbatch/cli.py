@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # module names under mqbatch.commands, one per subcommand
-COMMANDS = ["conformance", "decode", "demo", "deploy", "devices", "ingest", "spark"]
+COMMANDS = ["bench", "conformance", "decode", "demo", "deploy", "devices", "ingest", "spark"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,10 +45,15 @@ OUT_OF_RANGE = "RECORD_VALUE_OUT_OF_RANGE"
 TIME_IN_FUTURE = "RECORD_TIME_IN_FUTURE"
 RECORD_REASONS = (UNKNOWN_VERSION, MALFORMED, UNKNOWN_CHANNEL, KIND_MISMATCH, DUPLICATE_CHANNEL,
                   OUT_OF_RANGE, TIME_IN_FUTURE)
-# landed-PUBLISH level: the topic is not mqbatch/<device>/telemetry
+# landed-PUBLISH level: the topic is not mqbatch/<device>/telemetry, or its device id is not allowed
 TOPIC_INVALID = "TOPIC_NOT_TELEMETRY"
+DEVICE_ID_INVALID = "TOPIC_DEVICE_ID_INVALID"
 
 TOPIC_RE = re.compile(r"mqbatch/([^/]+)/telemetry")
+# A device id is its broker username and the second topic level (docs/records.md):
+# 1..64 of A-Z a-z 0-9 _ . - (the recorder's name rule; no control, format or RTL characters).
+DEVICE_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_DEVICE_ID = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +109,18 @@ class Record:
 
 
 def device_from_topic(topic: str | None) -> str:
-    """The device id of a `mqbatch/<device>/telemetry` topic, else RecordError(TOPIC_NOT_TELEMETRY)."""
+    """The device id of a `mqbatch/<device>/telemetry` topic, else RecordError
+    (TOPIC_NOT_TELEMETRY, or TOPIC_DEVICE_ID_INVALID for an id outside DEVICE_ID_RE)."""
     m = TOPIC_RE.fullmatch(topic or "")
     if not m:
-        raise RecordError(TOPIC_INVALID, f"topic {str(topic)[:80]!r} is not mqbatch/<device>/telemetry")
-    return m.group(1)
+        raise RecordError(TOPIC_INVALID, f"topic {ascii(str(topic)[:80])} is not mqbatch/<device>/telemetry")
+    device = m.group(1)
+    if not DEVICE_ID_RE.fullmatch(device):
+        bad = sorted({c for c in device if not DEVICE_ID_RE.fullmatch(c)})[:5]
+        raise RecordError(DEVICE_ID_INVALID, f"device id {ascii(device[:40])}{'...' if len(device) > 40 else ''} "
+                                             f"({len(device)} characters) is not 1..{MAX_DEVICE_ID} of "
+                                             f"A-Z a-z 0-9 _ . -" + (f"; has {ascii(''.join(bad))}" if bad else ""))
+    return device
 
 
 def parse(data: bytes, received_at_ms: int | None = None, max_future_ms: int = MAX_FUTURE_MS) -> Record:
@@ -162,8 +174,8 @@ def _parse_json(data: bytes) -> Record:
         obj = json.loads(data.decode("utf-8"), object_pairs_hook=_Pairs)
     except UnicodeDecodeError as e:
         raise RecordError(MALFORMED, f"JSON record is not UTF-8: {e}") from None
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise RecordError(MALFORMED, f"JSON record does not parse: {e}") from None
+    except (ValueError, RecursionError) as e:    # ValueError: JSONDecodeError, or an int over Python's digit limit
+        raise RecordError(MALFORMED, f"JSON record does not parse: {str(e)[:200]}") from None
     if not isinstance(obj, _Pairs):
         raise RecordError(MALFORMED, "JSON record is not an object")
     top = dict(obj)

@@ -22,8 +22,8 @@ class InputError(ValueError):
 def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes]:
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:    # ValueError: bad JSON, or an int over Python's digit limit
+        raise InputError(f"not valid JSON: {str(e)[:200]}") from None
     if not isinstance(obj, dict):
         raise InputError("expected a JSON object")
     topic = obj.get("topic")

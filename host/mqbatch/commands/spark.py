@@ -1,26 +1,33 @@
-"""`mqbatch spark`: run spark_jobs/telemetry_job.py with spark-submit.
+"""`mqbatch spark`: run the telemetry job (mqbatch.spark, entry spark_jobs/telemetry_job.py)
+with spark-submit.
 
-The same job file runs locally and on a cluster. This command zips the host
-package (`mqbatch`, which the job imports on the driver and in every Python
-worker) and passes it with --py-files, runs the venv's spark-submit with
-PYSPARK_PYTHON set to this interpreter, and forwards the job's options.
-`--print-command` shows the spark-submit line to reuse on a cluster.
+The same job runs locally and on a cluster. This command checks its arguments
+(before any JVM starts), zips the host package (`mqbatch`, which the job imports on
+the driver and in every Python worker) for --py-files, and runs the venv's
+spark-submit with SPARK_HOME, PYSPARK_PYTHON and a log configuration (default WARN)
+set. `--print-command` prints that line with absolute paths and its environment, so
+it runs from a clean shell. SIGINT, SIGTERM and SIGHUP end spark-submit and
+everything it started (its process group).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import zipfile
 
 from mqbatch.paths import ROOT, venv_tool
+from mqbatch.spark.options import add_arguments, check_paths
 
 JOB = ROOT / "spark_jobs" / "telemetry_job.py"
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]     # host/mqbatch
+STOP_GRACE_S = 20                                         # after SIGTERM, then SIGKILL
 
 
 def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
@@ -32,15 +39,51 @@ def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def write_log_config(directory: pathlib.Path, level: str) -> pathlib.Path:
+    """A SPARK_CONF_DIR whose log4j2.properties logs `level` and above to stderr."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "log4j2.properties").write_text(
+        f"rootLogger.level = {level.lower()}\n"
+        "rootLogger.appenderRef.stderr.ref = stderr\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = stderr\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n", encoding="utf-8")
+    return directory
+
+
+def spark_home() -> pathlib.Path:
+    """The pyspark installation of this interpreter (what find_spark_home.py looks for)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"mqbatch spark: pyspark is not installed for {sys.executable} (run `make setup`)")
+    return pathlib.Path(spec.origin).parent
+
+
+def submit_env(conf_dir: pathlib.Path | None) -> dict[str, str]:
+    """The variables spark-submit needs, whatever the calling shell has (or lacks)."""
+    env = {"SPARK_HOME": os.environ.get("SPARK_HOME") or str(spark_home()),
+           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
+           "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable}
+    if os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    if conf_dir is not None:
+        env["SPARK_CONF_DIR"] = str(conf_dir)
+    return env
+
+
 def job_arguments(args: argparse.Namespace) -> list[str]:
     """The telemetry_job.py options from the parsed `mqbatch spark` arguments."""
     out = ["--landing", args.landing, "--out", args.out,
            "--max-batch-size", str(args.max_batch_size), "--max-payload-bytes", str(args.max_payload_bytes),
            "--reorder-window", str(args.reorder_window), "--max-future-s", str(args.max_future_s),
-           "--watermark", args.watermark]
-    for flag in ("partial", "no_empty", "stream"):
+           "--watermark", args.watermark, "--log-level", args.log_level]
+    for flag in ("partial", "no_empty", "stream", "once"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))
+    if args.stream:
+        out += ["--trigger-seconds", str(args.trigger_seconds)]
     if args.checkpoint:
         out += ["--checkpoint", args.checkpoint]
     return out
@@ -48,37 +91,71 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
 
 def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]:
     return [str(venv_tool("spark-submit")), "--master", args.master or "local[*]",
-            "--conf", "spark.sql.session.timeZone=UTC", "--py-files", f"{pyfiles},{JOB.parent / 'telemetry_args.py'}",
-            *args.spark_conf_args, str(JOB), *job_arguments(args)]
+            "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.ui.showConsoleProgress=false",
+            "--py-files", str(pyfiles.resolve()), *args.spark_conf_args, str(JOB), *job_arguments(args)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run spark-submit in its own process group; a signal to us ends the whole group."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    received: list[int] = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=STOP_GRACE_S if received else None)
+                break
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if _group_alive(proc.pid):            # a JVM or Python worker that outlived spark-submit
+        os.killpg(proc.pid, signal.SIGKILL)
+    if received:
+        print(f"mqbatch spark: stopped by signal {received[0]}; spark-submit and its children ended", file=sys.stderr)
+        return 128 + received[0]
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.print_command:      # a printed command may name paths of another machine (a cluster)
+        check_paths(args)
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]
     with tempfile.TemporaryDirectory(prefix="mqbatch-spark-") as tmp:
-        # a printed command must point at a zip that outlives this process
-        default = ROOT / "build" / "mqbatch.zip" if args.print_command else pathlib.Path(tmp) / "mqbatch.zip"
-        pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else default)
-        cmd = submit_command(args, pyfiles)
+        # a printed command must point at files that outlive this process
+        keep = ROOT / "build" if args.print_command else pathlib.Path(tmp)
+        pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else keep / "mqbatch.zip")
+        conf_dir = None if os.environ.get("SPARK_CONF_DIR") else \
+            write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
+        cmd, env = submit_command(args, pyfiles), submit_env(conf_dir)
         if args.print_command:
-            print(shlex.join(cmd))
+            print(shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd]))
             return 0
-        env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
-                   PYSPARK_DRIVER_PYTHON=os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable))
-        return subprocess.run(cmd, env=env).returncode
+        return run_child(cmd, dict(os.environ, **env))
 
 
 def register(sub) -> None:
     p = sub.add_parser("spark", help="run the PySpark telemetry job (spark-submit)",
                        description=__doc__.split("\n\n")[0])
-    # the job's own options, defined once in spark_jobs/telemetry_job.py
-    sys.path.insert(0, str(JOB.parent))
-    try:
-        from telemetry_args import add_arguments
-    finally:
-        sys.path.remove(str(JOB.parent))
-    add_arguments(p)
+    add_arguments(p)      # the job's own options (mqbatch.spark.options)
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark configuration (repeatable)")
     p.add_argument("--pyfiles-zip", metavar="PATH",
                    help="write the mqbatch zip here (kept); default: a temp dir, or build/mqbatch.zip with --print-command")
-    p.add_argument("--print-command", action="store_true", help="print the spark-submit command and exit")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the spark-submit command (with its environment; runs from a clean shell) and exit")
     p.set_defaults(func=run)

@@ -1,0 +1,138 @@
+"""`mqbatch bench TARGET`: benchmarks that print figures (median [min-max] of repeated
+runs, ratios measured in the same run). Targets:
+
+  spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+from mqbatch import codec, landing as landing_zone, records
+
+T0_MS = 1_795_000_000_000
+PER_PUBLISH = 50
+PER_FILE = 100_000
+
+
+def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int = 10) -> tuple[int, pathlib.Path]:
+    """A landing zone of n binary records (PUBLISHes of 50, seeded values) in recorder
+    files of 100,000 records, and the same records as JSON arrays (one string per
+    PUBLISH) in DIR/../json.parquet for the from_json baseline. Returns (records, json file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows, json_rows, made, segment = [], [], 0, 0
+    seqs = [0] * devices
+    while made < n:
+        dev = made // PER_PUBLISH % devices
+        count = min(PER_PUBLISH, n - made)
+        recs = []
+        for _ in range(count):
+            t = T0_MS + seqs[dev] * 1000
+            recs.append(("sample", 1, seqs[dev], t, [(1, rng.randint(-500, 4000)), (2, rng.randint(0, 10000)),
+                                                     (3, rng.randint(3000, 3400))]))
+            seqs[dev] += 1
+        props, payload = codec.encode_batch([records.encode_binary(*r) for r in recs])
+        received = (recs[-1][3] + 300) * 1000
+        rows.append(landing_zone.Landed(f"mqbatch/dev-{dev:03d}/telemetry", payload, list(props),
+                                        received_at_us=received))
+        json_rows.append("[" + ",".join(records.encode_json(*r).decode() for r in recs) + "]")
+        made += count
+        if made % PER_FILE == 0 or made == n:
+            landing_zone.write_parquet_atomic(landing_zone.to_table(rows, "bench", segment), directory,
+                                              landing_zone.parquet_name("bench", segment))
+            rows, segment = [], segment + 1
+    json_file = directory.parent / "json.parquet"
+    pq.write_table(pa.table({"payload": json_rows}), json_file)
+    return made, json_file
+
+
+def _summary(seconds: list[float], n: int) -> str:
+    rates = sorted(n / s for s in seconds)
+    return (f"{statistics.median(rates):,.0f} records/s [{rates[0]:,.0f}-{rates[-1]:,.0f}] "
+            f"({statistics.median(seconds):.2f} s [{min(seconds):.2f}-{max(seconds):.2f}])")
+
+
+def _spark_work(spark, group: str) -> tuple[int, int, int]:
+    """(jobs, stages, tasks) Spark ran under a job group."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = tracker.getJobIdsForGroup(group)
+    stages = [s for j in jobs for s in (tracker.getJobInfo(j).stageIds if tracker.getJobInfo(j) else [])]
+    tasks = sum(info.numTasks for s in stages if (info := tracker.getStageInfo(s)))
+    return len(jobs), len(stages), tasks
+
+
+def bench_spark(args: argparse.Namespace) -> int:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import functions as F
+    import mqbatch.spark as S
+    with tempfile.TemporaryDirectory(prefix="mqbatch-bench-") as tmp:
+        tmp = pathlib.Path(tmp)
+        started = time.monotonic()
+        n, json_file = build_landing(tmp / "landing", args.records, args.seed)
+        print(f"landing zone: {n:,} records in {n // PER_PUBLISH + (n % PER_PUBLISH > 0):,} PUBLISHes "
+              f"({time.monotonic() - started:.1f} s to build, seed {args.seed})", flush=True)
+        spark = S.session(args.master, "WARN", **{"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        opts = S.JobOptions()
+        json_type = ("array<struct<v:int,kind:string,boot:bigint,seq:bigint,ts_ms:bigint,synced:boolean,"
+                     "r:map<string,bigint>>>")
+
+        def ours():
+            decoded = S.decode(S.read_landing(spark, str(tmp / "landing")), opts)
+            S.records(decoded).select("device", "seq", F.explode("readings").alias("r")) \
+                .write.format("noop").mode("overwrite").save()
+
+        def from_json():
+            spark.read.parquet(str(json_file)).select(F.explode(F.from_json("payload", json_type)).alias("x")) \
+                .select("x.seq", F.explode("x.r")).write.format("noop").mode("overwrite").save()
+
+        def full():
+            S.run_batch(spark, str(tmp / "landing"), str(tmp / "out"), opts)
+
+        results = {}
+        for name, fn in (("(a) mqbatch decode+validate+explode", ours), ("(b) from_json+explode (JSON arrays)", from_json),
+                         ("(c) full batch job (records/, quarantine/, report)", full)):
+            times = []
+            for rep in range(args.repeat):
+                group = f"bench-{name[:3]}-{rep}"
+                spark.sparkContext.setJobGroup(group, name)
+                t = time.monotonic()
+                fn()
+                times.append(time.monotonic() - t)
+            results[name] = times
+            jobs, stages, tasks = _spark_work(spark, group)
+            print(f"{name}: {_summary(times, n)}; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks",
+                  flush=True)
+        a, b = (statistics.median(results[k]) for k in list(results)[:2])
+        print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
+        spark.stop()
+    return 0
+
+
+TARGETS = {"spark": bench_spark}
+
+
+def run(args: argparse.Namespace) -> int:
+    return TARGETS[args.target](args)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks that print figures (median [min-max])",
+                       description=__doc__.split("\n\n")[0])
+    targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
+    s = targets.add_parser("spark", help="records/s of the Spark pipeline (one session, 3 repetitions)")
+    s.add_argument("--records", type=int, default=200_000, help="records in the generated landing zone (default 200,000)")
+    s.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (default 3)")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.set_defaults(func=run)

@@ -1,0 +1,79 @@
+"""The telemetry job's command line (spark-submit spark_jobs/telemetry_job.py ...,
+or `mqbatch spark`): landing zone -> records/, quarantine/, report.json."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+from mqbatch.spark.options import add_arguments, check_paths, options_from
+from mqbatch.spark.pipeline import run_batch
+from mqbatch.spark.stream import run_stream
+
+
+def session(master: str | None = None, log_level: str | None = None, **conf_items: str) -> SparkSession:
+    """The job's session: --master, else what spark-submit set, else local[*]. conf_items:
+    extra settings (spark.ui.showConsoleProgress="false", ...) for a session started here."""
+    # Start (or join) the JVM first: under spark-submit it holds spark-submit's
+    # settings (--master among them), which a SparkConf made before it cannot see;
+    # setting local[*] then would silently run a cluster submission locally.
+    SparkContext._ensure_initialized()
+    conf = SparkConf()
+    if master:
+        conf.setMaster(master)
+    elif not conf.contains("spark.master"):
+        conf.setMaster("local[*]")
+    for key, value in conf_items.items():
+        conf.set(key, value)
+    spark = (SparkSession.builder.appName("mqbatch-telemetry").config(conf=conf)
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    if log_level:
+        spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+def run(args: argparse.Namespace, spark: SparkSession | None = None) -> dict:
+    opts = options_from(args)
+    spark = spark or session(args.master, args.log_level)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    if args.stream or args.once:
+        return run_stream(spark, args.landing, args.out, opts, args.checkpoint,
+                          trigger_seconds=args.trigger_seconds if args.stream else None)
+    return run_batch(spark, args.landing, args.out, opts)
+
+
+def summary(report: dict, out: str) -> str:
+    q = report["quarantine"]
+    return (f"telemetry_job: {report['landed']} landed PUBLISHes, {report['records']['unique']} records "
+            f"({report['records']['duplicates']} duplicates), {q['rows']} quarantined "
+            f"{json.dumps(q['by_reason'], sort_keys=True)}, {q['files']} landing files quarantined -> {out}")
+
+
+def _stop_on(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="telemetry_job.py", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    check_paths(args)
+    for sig in (signal.SIGTERM, signal.SIGHUP):       # stop like Ctrl-C: the query ends, the JVM is stopped
+        signal.signal(sig, _stop_on)
+    spark = session(args.master, args.log_level)
+    try:
+        report = run(args, spark)
+    except KeyboardInterrupt:
+        print("telemetry_job: stopped", file=sys.stderr)
+        return 130
+    finally:
+        spark.stop()
+    print(summary(report, args.out))
+    for bad in report["quarantined_files"]:
+        print(f"telemetry_job: quarantined landing file {bad['file']}: {bad['reason']}: {bad['detail']}",
+              file=sys.stderr)
+    return 0

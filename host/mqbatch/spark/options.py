@@ -1,0 +1,79 @@
+"""The job's options, without PySpark: `mqbatch spark` parses and checks them
+before it starts a JVM, and the job (mqbatch.spark.job) parses the same ones."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+
+from mqbatch import codec
+from mqbatch.commands.decode import _positive
+
+LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    partial: bool = False
+    max_batch_size: int = 100
+    max_payload_bytes: int = 65536
+    allow_empty: bool = True
+    reorder_window: int = 100            # a missing seq counts as lost once the boot is this far past it
+    max_future_s: int = 86400            # device time this far after received_at is RECORD_TIME_IN_FUTURE
+    watermark: str = "1 hour"            # --stream: how late a duplicate may arrive and still be dropped
+
+    def decode_options(self) -> codec.DecodeOptions:
+        return codec.DecodeOptions(max_batch_size=self.max_batch_size, max_payload_bytes=self.max_payload_bytes,
+                                   allow_empty=self.allow_empty, partial=self.partial)
+
+
+def _non_negative(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The job's options (shared with `mqbatch spark`)."""
+    p.add_argument("--landing", required=True, help="landing zone directory (Parquet files of `mqbatch ingest`)")
+    p.add_argument("--out", required=True, help="output directory: records/, quarantine/, report.json")
+    p.add_argument("--partial", action="store_true", help="deliver sub-messages parsed before a count mismatch")
+    p.add_argument("--max-batch-size", type=_positive, default=100)
+    p.add_argument("--max-payload-bytes", type=_positive, default=65536)
+    p.add_argument("--no-empty", action="store_true", help="reject zero-length sub-messages")
+    p.add_argument("--reorder-window", type=_non_negative, default=100,
+                   help="a missing seq counts as lost once the boot's highest seq is this many past it (default 100)")
+    p.add_argument("--max-future-s", type=_positive, default=86400,
+                   help="quarantine records whose device time is this far after received_at (default 86400)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stream", action="store_true",
+                      help="keep running: a micro-batch every --trigger-seconds until stopped (SIGINT/SIGTERM)")
+    mode.add_argument("--once", action="store_true",
+                      help="streaming, once: process every landing file not yet processed, then stop")
+    p.add_argument("--trigger-seconds", type=_positive, default=10, help="--stream: micro-batch interval (default 10)")
+    p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
+    p.add_argument("--watermark", default="1 hour",
+                   help="--stream/--once: how late a duplicate may arrive and still be dropped (default '1 hour')")
+    p.add_argument("--master", help="Spark master when not given by spark-submit (default local[*])")
+    p.add_argument("--log-level", default="WARN", type=str.upper, choices=LOG_LEVELS,
+                   help="Spark's log level (default WARN)")
+
+
+def options_from(args: argparse.Namespace) -> JobOptions:
+    return JobOptions(partial=args.partial, max_batch_size=args.max_batch_size,
+                      max_payload_bytes=args.max_payload_bytes, allow_empty=not args.no_empty,
+                      reorder_window=args.reorder_window, max_future_s=args.max_future_s, watermark=args.watermark)
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Fail fast (before any JVM starts) on a local --landing that is not a directory
+    or a local --out that cannot be a directory. URLs (hdfs://, s3a://) are left to Spark."""
+    if "://" not in args.landing and not pathlib.Path(args.landing).is_dir():
+        raise SystemExit(f"mqbatch spark: --landing {args.landing!r} is not a directory")
+    if "://" not in args.out:
+        out = pathlib.Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise SystemExit(f"mqbatch spark: --out {args.out!r} exists and is not a directory")
+    if (args.stream or args.once) and "://" in args.out:
+        raise SystemExit("mqbatch spark: --stream/--once write to a local --out only (they commit by renaming files)")

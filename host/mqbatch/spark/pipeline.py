@@ -1,0 +1,236 @@
+"""The job's pipeline, a short chain of named DataFrame steps (docs/spark.md):
+
+    files, bad  = files.scan(landing)         readable landing files; the others quarantined by name
+    landed      = read_landing(spark, files)  the recorder's Parquet files, as landed
+    decoded     = decode(landed, opts)        mapInArrow: DECODE_ARROW per Arrow batch
+    bad rows    = quarantine(decoded)         malformed batches, bad topics, bad records, with reason
+    arrivals    = records(decoded)            every valid record, duplicates included
+    unique      = deduplicate(arrivals)       first arrival of each (device, boot, seq)
+    report      = build_report(decoded, ...)  counts per reason, per-device quality
+
+`decoded` is computed once (persisted) and records/, quarantine/ and the report are
+derived from it. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
+so bad data never fails the job under ANSI mode."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from mqbatch.spark import files as landing_files
+from mqbatch.spark.decoder import decode_arrow
+from mqbatch.spark.options import JobOptions
+from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS, LANDING_SCHEMA,
+                                  QUARANTINE_COLUMNS, RECORD_COLUMNS)
+
+# The decoder the pipeline runs per Arrow batch: (pa.RecordBatch, JobOptions) -> pa.RecordBatch
+# in DECODED_SCHEMA. Swap in a vectorised decoder with the same contract here.
+DECODE_ARROW = decode_arrow
+
+BYTES_PER_SHUFFLE_PARTITION = 64 << 20
+
+
+# -- steps --------------------------------------------------------------------------
+
+def read_landing(spark: SparkSession, paths: str | list[str], stream: bool = False) -> DataFrame:
+    """The landing rows of the given files (or of a directory, as Spark lists it)."""
+    if isinstance(paths, str):
+        paths = landing_files.scan(paths)[0]
+    if stream:
+        raise ValueError("read_landing(stream=True) is gone: run_stream lists the files itself")
+    if not paths:
+        return spark.createDataFrame([], LANDING_SCHEMA)
+    return spark.read.schema(LANDING_SCHEMA).parquet(*paths)
+
+
+def decode(landed: DataFrame, opts: JobOptions) -> DataFrame:
+    decoder = DECODE_ARROW
+
+    def run(batches):
+        for batch in batches:
+            yield decoder(batch, opts)
+    return landed.select(*LANDED_COLUMNS).mapInArrow(run, DECODED_SCHEMA)
+
+
+def quarantine(decoded: DataFrame) -> DataFrame:
+    """Malformed batches, bad topics, bad records: the landed row, the reason, the detail."""
+    return decoded.where(F.col("reason").isNotNull()).select(*QUARANTINE_COLUMNS)
+
+
+def records(decoded: DataFrame) -> DataFrame:
+    """Every valid record as it arrived (duplicates included), with its latency."""
+    latency_us = F.try_subtract(F.unix_micros("received_at"), F.unix_micros("device_time"))
+    return (decoded.where(F.col("reason").isNull() & F.col("sub_index").isNotNull())
+            .withColumn("latency_ms", F.try_divide(latency_us, F.lit(1000.0))))
+
+
+quarantine_rows, record_rows = quarantine, records     # the names before mqbatch.spark existed
+
+
+def deduplicate(arrivals: DataFrame) -> DataFrame:
+    """The first arrival of each (device, boot, seq)."""
+    first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
+    return (arrivals.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n"))
+
+
+def record_output(unique: DataFrame) -> DataFrame:
+    """records/ rows: RECORD_COLUMNS plus the partition column `date` (UTC date of received_at)."""
+    return unique.select(*RECORD_COLUMNS, F.date_format("received_at", "yyyy-MM-dd").alias("date"))
+
+
+def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
+    """Per (device, boot) of the unique records: unique, out-of-order, missing (older than
+    the reorder window), pending (gaps still inside it), max seq, dropped on the device.
+    The three windows share one partitioning by (device, boot)."""
+    boot = Window.partitionBy("device", "boot")
+    by_arrival = boot.orderBy(*ARRIVAL_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    by_seq = boot.orderBy("seq")
+    flagged = (unique
+               .withColumn("out_of_order", F.coalesce(F.col("seq") < F.max("seq").over(by_arrival), F.lit(False)))
+               .withColumn("prev_seq", F.coalesce(F.lag("seq").over(by_seq), F.lit(-1)))
+               .withColumn("max_seq", F.max("seq").over(boot)))
+    # the gap before each record holds seqs prev+1 .. seq-1; those <= max_seq - window are lost
+    lost_hi = F.least(F.col("seq") - 1, F.col("max_seq") - opts.reorder_window)
+    flagged = (flagged.withColumn("gap", F.col("seq") - F.col("prev_seq") - 1)
+               .withColumn("lost", F.greatest(F.lit(0), lost_hi - F.col("prev_seq"))))
+    return flagged.groupBy("device", "boot").agg(
+        F.count("*").alias("unique"),
+        F.sum(F.col("out_of_order").cast("long")).alias("out_of_order"),
+        F.sum("lost").alias("missing"),
+        F.sum(F.col("gap") - F.col("lost")).alias("pending"),
+        F.max("seq").alias("max_seq"),
+        F.max("dropped_total").alias("dropped_on_device"))
+
+
+def latency_percentiles(unique: DataFrame) -> DataFrame:
+    """Per device: p50/p95/p99 of latency_ms over unique records with a synchronised clock."""
+    return (unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
+            .groupBy("device")
+            .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
+                 F.count("*").alias("latency_n")))
+
+
+def outcome_counts(decoded: DataFrame) -> list:
+    """One small aggregate of the decoded rows for the report: rows per (landed_first,
+    batch_status, stage, reason, device, boot, is a record) with the received_at span."""
+    iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+    return (decoded.groupBy("landed_first", "batch_status", "stage", "reason", "device", "boot",
+                            F.col("sub_index").isNotNull().alias("is_sub"))
+            .agg(F.count("*").alias("n"), F.date_format(F.min("received_at"), iso).alias("first"),
+                 F.date_format(F.max("received_at"), iso).alias("last"))
+            .collect())
+
+
+def _tally(rows, key, where) -> dict:
+    out: dict = {}
+    for r in rows:
+        if where(r):
+            out[r[key]] = out.get(r[key], 0) + r["n"]
+    return dict(sorted(out.items()))
+
+
+def _devices(outcomes: list, boots: list, latency: list) -> dict:
+    """Per-device quality from the three small collected aggregates (merged here, not in Spark)."""
+    received = _tally(outcomes, "device", lambda r: r["reason"] is None and r["is_sub"])
+    quarantined = _tally(outcomes, "device", lambda r: r["reason"] is not None and r["device"] is not None)
+    lat = {r["device"]: r for r in latency}
+    devices = {}
+    for name in sorted(set(received) | set(quarantined) | {b["device"] for b in boots}):
+        mine = [b for b in boots if b["device"] == name]
+        n_received, n_unique = received.get(name, 0), sum(b["unique"] for b in mine)
+        latency_row = lat.get(name)
+        devices[name] = {
+            "boots": len(mine), "received": n_received, "unique": n_unique, "duplicates": n_received - n_unique,
+            "missing": sum(b["missing"] or 0 for b in mine), "pending_gaps": sum(b["pending"] or 0 for b in mine),
+            "out_of_order": sum(b["out_of_order"] or 0 for b in mine),
+            "dropped_on_device": sum(b["dropped_on_device"] or 0 for b in mine),
+            "quarantined": quarantined.get(name, 0),
+            "latency_ms": None if latency_row is None else {
+                "n": latency_row["latency_n"], "p50": round(latency_row["lat"][0], 3),
+                "p95": round(latency_row["lat"][1], 3), "p99": round(latency_row["lat"][2], 3)},
+        }
+    return devices
+
+
+def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None,
+                 bad_files: list | None = None) -> dict:
+    """report.json: deterministic (only data-derived values, sorted keys). `unique` is
+    deduplicate(records(decoded)) when the caller already has it; `bad_files` the
+    quarantined landing files (files.BadFile). Three small aggregates are collected
+    (outcomes, per boot, latency) and merged on the driver."""
+    unique = unique if unique is not None else deduplicate(records(decoded))
+    outcomes = outcome_counts(decoded)
+    devices = _devices(outcomes, boot_quality(unique, opts).collect(), latency_percentiles(unique).collect())
+    landed = [r for r in outcomes if r["landed_first"]]
+    batches = _tally(outcomes, "batch_status", lambda r: r["landed_first"])
+    by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
+    n_received = sum(d["received"] for d in devices.values())
+    n_unique = sum(d["unique"] for d in devices.values())
+    bad_files = sorted((b.as_dict() if hasattr(b, "as_dict") else dict(b) for b in bad_files or []),
+                       key=lambda b: b["file"])
+    return {
+        "options": dataclasses.asdict(opts),
+        "landed": sum(batches.values()),
+        "received_at": {"min": min((r["first"] for r in landed if r["first"]), default=None),
+                        "max": max((r["last"] for r in landed if r["last"]), default=None)},
+        "batches": batches,
+        "records": {"received": n_received, "unique": n_unique, "duplicates": n_received - n_unique},
+        "quarantine": {"rows": sum(by_reason.values()), "by_reason": by_reason,
+                       "by_stage": _tally(outcomes, "stage", lambda r: r["reason"] is not None),
+                       "files": len(bad_files),
+                       "files_by_reason": dict(sorted(
+                           {b["reason"]: sum(1 for x in bad_files if x["reason"] == b["reason"])
+                            for b in bad_files}.items()))},
+        "quarantined_files": bad_files,
+        "devices": devices,
+    }
+
+
+def write_report(report: dict, out: pathlib.Path) -> pathlib.Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path, tmp = out / "report.json", out / ".report.json.tmp"
+    tmp.write_text(json.dumps(report, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
+    """Shuffle partitions sized to the input (unless configured explicitly): one per
+    64 MiB of landing files, at least the default parallelism, at most 200."""
+    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return
+    size = sum(os.path.getsize(p) for p in paths if "://" not in p and os.path.isfile(p))
+    n = max(spark.sparkContext.defaultParallelism, math.ceil(size / BYTES_PER_SHUFFLE_PARTITION))
+    spark.conf.set("spark.sql.shuffle.partitions", str(min(n, 200)))
+
+
+# -- batch mode -----------------------------------------------------------------------
+
+def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "overwrite") -> None:
+    """records/ (partitioned by date=YYYY-MM-DD, sorted by device, boot, seq within each
+    file) and quarantine/, from the already decoded rows (no re-read, no global sort)."""
+    (record_output(unique).sortWithinPartitions("date", "device", "boot", "seq")
+     .write.mode(mode).partitionBy("date").parquet(f"{out}/records"))
+    quarantine(decoded).write.mode(mode).parquet(f"{out}/quarantine")
+
+
+def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions) -> dict:
+    """Batch mode: outputs are overwritten, so a rerun gives the same result."""
+    paths, bad_files = landing_files.scan(landing)
+    size_shuffle(spark, paths)
+    decoded = decode(read_landing(spark, paths), opts).persist(StorageLevel.MEMORY_AND_DISK)
+    unique = deduplicate(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        write_outputs(decoded, unique, out)
+        report = build_report(decoded, opts, unique, bad_files)
+    finally:
+        unique.unpersist()
+        decoded.unpersist()
+    write_report(report, pathlib.Path(out))
+    return report
