@@ -181,3 +181,54 @@ def test_cli_logs_discarded_batches_to_stderr():
 def test_cli_rejects_bad_limits():
     proc = run_cli("--max-batch-size", "0", input="")
     assert proc.returncode == 2 and "must be >= 1" in proc.stderr
+
+
+# ---- issue 10: the batch-size limit is exact for any size --------------------------
+
+@pytest.mark.parametrize("limit,size", [(10 ** 12, str(10 ** 12 + 1)), (10 ** 13, "20000000000000"),
+                                        (2 ** 70, str(2 ** 70 + 1)), (2 ** 70, "1" + "0" * 5000),
+                                        (10 ** 12, "9" * 13)])
+def test_batch_size_over_a_large_limit_is_size_limit_exceeded(limit, size):
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a",
+                       codec.DecodeOptions(max_batch_size=limit, max_payload_bytes=10 ** 20))
+    assert (res.status, res.reason) == (codec.DISCARDED, codec.SIZE_LIMIT)
+    assert f"exceeds max_batch_size {limit}" in res.log["detail"]
+
+
+@pytest.mark.parametrize("limit,size", [(10 ** 12, str(10 ** 12)), (10 ** 13, "5000000000000"),
+                                        (2 ** 70, str(2 ** 70))])
+def test_batch_size_at_or_under_a_large_limit_is_counted_exactly(limit, size):
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a",
+                       codec.DecodeOptions(max_batch_size=limit))
+    assert (res.status, res.reason) == (codec.DISCARDED, codec.COUNT_MISMATCH)
+    assert res.log["expected"] == int(size) and f"batch-size {size} but 1 sub-messages" in res.log["detail"]
+
+
+def test_over_limit_batch_size_too_long_for_an_int_is_still_reported():
+    size = "7" * 5000                       # beyond CPython's int/str conversion limit (4300 digits)
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a")
+    assert res.reason == codec.SIZE_LIMIT and res.log["expected"] is None
+    json.dumps(res.log)                     # the CLI writes it as JSON
+
+
+# ---- issue 13: the landing table's {key, value} user properties --------------------
+
+def test_user_properties_as_key_value_dicts_decode_like_pairs():
+    import pyarrow as pa
+    from mqbatch import landing
+    table = landing.to_table([landing.Landed("mqbatch/d/telemetry", b"\x01a\x01b",
+                                             [("batch-format", "v1"), ("batch-size", "2")], received_at_us=0)],
+                             "r", 0)
+    props = table.column("user_properties").to_pylist()[0]
+    assert props == [{"key": "batch-format", "value": "v1"}, {"key": "batch-size", "value": "2"}]
+    res = codec.decode(props, b"\x01a\x01b")
+    assert (res.status, res.messages) == (codec.OK, [b"a", b"b"])
+    assert isinstance(table, pa.Table)
+
+
+@pytest.mark.parametrize("bad", [[{"key": "batch-format"}], [{"name": "batch-size", "value": "1"}],
+                                 [{"key": "batch-format", "value": "v1", "extra": 1}]])
+def test_other_dicts_are_an_invalid_property_saying_why(bad):
+    res = codec.decode(bad + [("batch-size", "1")], b"\x01a")
+    assert res.reason == codec.INVALID_PROPERTY
+    assert "key/value" in res.log["detail"]
