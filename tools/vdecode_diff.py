@@ -3,6 +3,8 @@
 reference path (decode_batches) on generated, mutated and shared-vector batches.
 
     .venv/bin/python tools/vdecode_diff.py --cases 10000000 [--seed N] [--batch 200]
+    .venv/bin/python tools/vdecode_diff.py --fuzz codec --cases 10000000     (codec.decode alone)
+    .venv/bin/python tools/vdecode_diff.py --fuzz records --cases 10000000   (records.parse alone)
 
 Each case is one landed PUBLISH; cases are grouped into Arrow batches of --batch
 rows, each batch with its own random job options (partial, allow_empty, limits,
@@ -343,12 +345,91 @@ def run(cases: int, seed: int, batch_rows: int = 200, vectors: bool = True, prog
     return outcome
 
 
+# -- long fuzz runs of the two reference parsers (docs/format.md) ---------------------
+
+def _fuzz_properties(rng: random.Random, n: int):
+    """User properties in every shape decode() may meet: pairs, {key, value} dicts, junk."""
+    props = [(d["key"], d["value"]) if d and rng.random() < 0.5 else d for d in (_props(rng, n) or [])]
+    if rng.random() < 0.05:
+        props.append(rng.choice([("batch-size", "7" * rng.choice([13, 4301, 6000])), {"name": "x", "value": 1},
+                                 (b"batch-format", b"v1"), ("a",), None, 5, {"key": "k"}, (1, 2)]))
+    return props
+
+
+def fuzz_codec(rng: random.Random) -> str | None:
+    """One hostile input to codec.decode; a string says what broke."""
+    row = case(rng)
+    opts = codec.DecodeOptions(max_batch_size=rng.choice([100, 1, 3, 10 ** 12, 10 ** 13, 2 ** 70, 0]),
+                               max_payload_bytes=rng.choice([65536, 30, 0, 10 ** 20]),
+                               allow_empty=rng.random() < 0.5, partial=rng.random() < 0.5)
+    payload = row["payload"] if rng.random() < 0.9 else rng.choice([None, bytearray(b"\x01a"), memoryview(b"\x01a"),
+                                                                     "text", 5])
+    res = codec.decode(_fuzz_properties(rng, rng.randint(1, 9)), payload, opts, topic=row["topic"])
+    json.dumps(res.log)
+    if res.status not in (codec.OK, codec.PARTIAL, codec.DISCARDED) or (res.status == codec.OK) != (res.reason is None):
+        return f"bad result {res.status} {res.reason}"
+    if res.reason is not None and res.reason not in codec.REASON_CODES:
+        return f"unknown reason {res.reason}"
+    return None
+
+
+def fuzz_records(rng: random.Random) -> str | None:
+    """One hostile sub-payload to records.parse; a string says what broke."""
+    received_ms = T0_MS + rng.randint(0, 10 ** 9)
+    r = rng.random()
+    if r < 0.3:
+        data = _bad_record(rng, received_ms)
+    elif r < 0.5:
+        data = _bad_json(rng, received_ms)
+    elif r < 0.8:
+        data = _mutate(rng, _record(rng, received_ms, rng.choice(["binary", "json"])))
+    elif r < 0.9:
+        data = _record(rng, received_ms, "binary")
+    else:
+        data = rng.choice([b"\x01", b"{"]) + bytes(rng.randrange(256) for _ in range(rng.randint(0, 60)))
+    try:
+        rec = records.parse(data, None if rng.random() < 0.05 else received_ms)
+    except records.RecordError as e:
+        return None if e.reason in records.RECORD_REASONS and e.detail else f"bad RecordError {e!r}"
+    if rec.format == "binary" and records.encode_binary(rec.kind, rec.boot, rec.seq, rec.time_ms, rec.readings,
+                                                        rec.synced) != data:
+        return f"binary record does not round-trip: {data.hex()}"
+    return None
+
+
+def fuzz(target: str, cases: int, seed: int) -> int:
+    one = {"codec": fuzz_codec, "records": fuzz_records}[target]
+    rng = random.Random(seed)
+    crashes, failures, t0 = 0, 0, time.monotonic()
+    last = t0
+    for i in range(cases):
+        try:
+            what = one(rng)
+        except Exception as e:          # noqa: BLE001 - a crash is what we count
+            crashes += 1
+            what = f"crash {e!r:.200}"
+        if what:
+            failures += 1
+            if failures <= 3:
+                print(f"  input {i} of seed {seed}: {what}")
+        if time.monotonic() - last > 60:
+            last = time.monotonic()
+            print(f"  {i + 1:,} inputs, {crashes} crashes, {last - t0:.0f} s", flush=True)
+    print(f"fuzz {target}: {cases:,} inputs (seed {seed}), {crashes} crashes, {failures - crashes} wrong results, "
+          f"{time.monotonic() - t0:.0f} s")
+    return 1 if failures else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch", type=int, default=200, help="landed rows per Arrow batch")
+    p.add_argument("--fuzz", choices=["codec", "records"],
+                   help="instead: fuzz codec.decode or records.parse alone with --cases inputs")
     args = p.parse_args(argv)
+    if args.fuzz:
+        return fuzz(args.fuzz, args.cases, args.seed)
     t0 = time.monotonic()
     out = run(args.cases, args.seed, args.batch, progress=True)
     print(f"vdecode_diff: {out.cases:,} cases in {out.batches:,} Arrow batches (seed {args.seed}), "

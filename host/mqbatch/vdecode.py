@@ -113,25 +113,8 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     take = np.repeat(np.arange(n, dtype=np.int64), per_row)
 
     out = _Columns(n_out)
-    out.stage[row_start[has_batch_row]] = _BATCH
-    out.reason[row_start[has_batch_row]] = breason[has_batch_row]
-    fail_rows = np.flatnonzero(has_batch_row)
-    stats["fallback_rows"] = stats.get("fallback_rows", 0) + len(fail_rows) + int(topic_row.sum())
-    for i in fail_rows:                    # the reference builds the detail (rare rows)
-        res = codec.decode(props.row(i), payload[i].as_py(), _decode_options(opts), topic=topics[i].as_py())
-        if _R[res.reason] != breason[i]:
-            stats["mismatch"] = stats.get("mismatch", 0) + 1
-        out.details.append((row_start[i], res.log["detail"]))
-    tpos = row_start[topic_row] + has_batch_row[topic_row]
-    out.stage[tpos] = _TOPIC
-    out.reason[tpos] = _R[records.TOPIC_INVALID]
-    for i, pos in zip(np.flatnonzero(topic_row), tpos):
-        try:
-            records.device_from_topic(topics[i].as_py())
-        except records.RecordError as e:
-            out.details.append((pos, e.detail))
-        else:
-            stats["mismatch"] = stats.get("mismatch", 0) + 1
+    _batch_rows(out, np.flatnonzero(has_batch_row), row_start, breason, props, payload, topics, opts, stats)
+    _topic_rows(out, np.flatnonzero(topic_row), row_start + has_batch_row, topics, stats)
 
     # sub-messages of rows that deliver records
     keep = topic_ok[msgs.row]
@@ -142,10 +125,10 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     _records(out, rpos, m_row, m_start, m_len, data, received_ms, opts, stats)
 
     # assemble, in the reference's column order
-    carried = batch.take(pa.array(take))
     idx = pa.array(take)
+    carried = batch.drop_columns(["payload"]).take(idx)        # the payload column is rebuilt below
     needs_payload = out.stage >= 0
-    columns = {name: carried.column(name) for name in LANDED_COLUMNS}
+    columns = {name: carried.column(name) for name in LANDED_COLUMNS if name != "payload"}
     columns["payload"] = payload.take(pa.array(take, mask=~needs_payload))
     first = np.zeros(n_out, bool)
     first[row_start] = True
@@ -163,6 +146,32 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     )
     columns.update(out.record_columns())
     return pa.RecordBatch.from_arrays([columns[f.name] for f in DECODED], schema=DECODED)
+
+
+def _batch_rows(out, rows, pos, breason, props, payload, topics, opts, stats) -> None:
+    """The batch rows (discarded or partial PUBLISHes); codec.decode writes their detail (rare rows)."""
+    out.stage[pos[rows]] = _BATCH
+    out.reason[pos[rows]] = breason[rows]
+    stats["fallback_rows"] = stats.get("fallback_rows", 0) + len(rows)
+    for i in rows:
+        res = codec.decode(props.row(i), payload[i].as_py(), _decode_options(opts), topic=topics[i].as_py())
+        if _R[res.reason] != breason[i]:
+            stats["mismatch"] = stats.get("mismatch", 0) + 1
+        out.details.append((pos[i], res.log["detail"]))
+
+
+def _topic_rows(out, rows, pos, topics, stats) -> None:
+    """The topic rows (records on a topic that is not mqbatch/<device>/telemetry); detail by the reference."""
+    out.stage[pos[rows]] = _TOPIC
+    out.reason[pos[rows]] = _R[records.TOPIC_INVALID]
+    stats["fallback_rows"] = stats.get("fallback_rows", 0) + len(rows)
+    for i in rows:
+        try:
+            records.device_from_topic(topics[i].as_py())
+        except records.RecordError as e:
+            out.details.append((pos[i], e.detail))
+        else:
+            stats["mismatch"] = stats.get("mismatch", 0) + 1
 
 
 def _decode_options(opts) -> codec.DecodeOptions:
@@ -426,8 +435,8 @@ class _Columns:
 def _records(out: _Columns, rpos, m_row, m_start, m_len, data, received_ms, opts, stats) -> None:
     """records.parse for every delivered sub-message: binary v1 vectorised, the rest by the reference."""
     max_future_ms = min(max(opts.max_future_s * 1000, -_I62), _I62)
-    first = np.where(m_len > 0, data[np.minimum(m_start, max(len(data) - 1, 0))] if len(data) else 0, -1)
-    binary = (first == records.BINARY_V1) & (m_len >= _HEADER)
+    binary = m_len >= _HEADER
+    binary[binary] = data[m_start[binary]] == records.BINARY_V1
     b = np.flatnonzero(binary)
     flagged = ~binary                                        # JSON, unknown versions, short records
     if b.size:

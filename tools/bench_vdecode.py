@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Micro-benchmark outside Spark: records/s of the reference decode path (the job's
+decode_batches: codec.decode + records.parse per row) against mqbatch.vdecode on the
+same landed Arrow batches.
+
+    .venv/bin/python tools/bench_vdecode.py [--records 1000000] [--per-publish 100]
+        [--arrow-rows 10000] [--runs 3] [--json-share 0.0]
+
+The landing zone is binary sample records (3 readings, 33 bytes) with a health record
+every 20th, --per-publish records per PUBLISH, cut into Arrow batches of --arrow-rows
+landed rows (Spark's default spark.sql.execution.arrow.maxRecordsPerBatch is 10,000).
+Prints median [min-max] of --runs runs of each path, the ratio, the batch_id hashing
+share, and the peak memory of one vectorised batch (numpy via tracemalloc, Arrow pool).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import tracemalloc
+
+import pyarrow as pa
+
+from mqbatch import codec, records, vdecode
+from mqbatch.paths import ROOT
+
+T0_MS = 1_795_000_000_000
+
+
+def reference_module():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import vdecode_diff
+    return vdecode_diff.reference_module()
+
+
+def landing(n_records: int, per_publish: int, arrow_rows: int, json_share: float) -> list[pa.RecordBatch]:
+    rows, seq = [], 0
+    for p in range((n_records + per_publish - 1) // per_publish):
+        subs = []
+        for _ in range(min(per_publish, n_records - seq)):
+            t = T0_MS + seq * 1000
+            enc = records.encode_json if (seq % 1000) < json_share * 1000 else records.encode_binary
+            if seq % 20 == 19:
+                subs.append(enc("health", 1, seq, t, [(0x80, 40_000), (0x82, 0), (0x86, 512)]))
+            else:
+                subs.append(enc("sample", 1, seq, t, [(1, 2150 + seq % 7), (2, 4000), (3, 3300)]))
+            seq += 1
+        props, payload = codec.encode_batch(subs, max_batch_size=per_publish)
+        rows.append({"topic": f"mqbatch/dev-{p % 10}/telemetry", "payload": payload,
+                     "user_properties": [{"key": k, "value": v} for k, v in props], "qos": 1, "retain": False,
+                     "received_at": (T0_MS + seq * 1000) * 1000, "dup": False, "recorder": "bench",
+                     "segment": 0, "offset": p})
+    table = pa.Table.from_pylist(rows, schema=vdecode.LANDED)
+    return table.combine_chunks().to_batches(max_chunksize=arrow_rows)
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def figure(n: int, seconds: list[float]) -> str:
+    rates = sorted(n / s for s in seconds)
+    return f"{statistics.median(rates):,.0f} [{rates[0]:,.0f}-{rates[-1]:,.0f}] records/s"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--per-publish", type=int, default=100)
+    p.add_argument("--arrow-rows", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json-share", type=float, default=0.0, help="fraction of records written as JSON")
+    p.add_argument("--skip-reference", action="store_true")
+    args = p.parse_args(argv)
+    ref = reference_module()
+    opts = ref.JobOptions(max_batch_size=max(100, args.per_publish))
+    batches = landing(args.records, args.per_publish, args.arrow_rows, args.json_share)
+    n = args.records
+    print(f"bench_vdecode: {n:,} records, {args.per_publish} per PUBLISH, {sum(b.num_rows for b in batches):,} "
+          f"landed rows in {len(batches)} Arrow batches of <= {args.arrow_rows:,} rows, JSON share {args.json_share}")
+    # the same output, once, before timing
+    for b in batches[:1]:
+        want = pa.Table.from_batches(list(ref.decode_batches(iter([b]), opts)))
+        assert want.equals(pa.Table.from_batches([vdecode.decode_arrow(b, opts)])), "outputs differ"
+
+    vec, refs, ids = [], [], []
+    for _ in range(args.runs):     # interleaved, so both paths see the same machine load
+        vec.append(timed(lambda: [vdecode.decode_arrow(b, opts) for b in batches]))
+        if not args.skip_reference:
+            refs.append(timed(lambda: [x for x in ref.decode_batches(iter(batches), opts)]))
+        ids.append(timed(lambda: [vdecode._batch_ids(pc_topics(b), vdecode._Props(b.column("user_properties"),
+                                                                                b.num_rows), b.column("payload"),
+                                                     b.num_rows) for b in batches]))
+    print(f"  vectorised (mqbatch.vdecode):  {figure(n, vec)}")
+    if refs:
+        print(f"  reference (decode_batches):    {figure(n, refs)}")
+        ratios = sorted(r / v for r, v in zip(refs, vec))
+        print(f"  speed-up, same runs: {statistics.median(ratios):.1f}x [{ratios[0]:.1f}-{ratios[-1]:.1f}]")
+    rows = sum(b.num_rows for b in batches)
+    per_row = sorted(s / rows * 1e6 for s in ids)
+    print(f"  batch_id (hashlib per landed row, in the vectorised figure): {statistics.median(per_row):.2f} "
+          f"[{per_row[0]:.2f}-{per_row[-1]:.2f}] us per landed row, "
+          f"{statistics.median(ids) / statistics.median(vec) * 100:.0f} % of the vectorised time")
+    # memory of one batch
+    pool = pa.default_memory_pool()
+    tracemalloc.start()
+    base = pool.bytes_allocated()
+    out = vdecode.decode_arrow(batches[0], opts)
+    _, numpy_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"  one Arrow batch of {batches[0].num_rows:,} landed rows ({batches[0].nbytes / 1e6:.1f} MB in, "
+          f"{out.nbytes / 1e6:.1f} MB out): peak Python/numpy allocations {numpy_peak / 1e6:.1f} MB, "
+          f"Arrow pool peak {(pool.max_memory() - base) / 1e6:.1f} MB (process-wide max, an upper bound)")
+    return 0
+
+
+def pc_topics(batch: pa.RecordBatch) -> pa.Array:
+    import pyarrow.compute as pc
+    return pc.fill_null(batch.column("topic"), "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
