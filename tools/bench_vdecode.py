@@ -74,11 +74,17 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json-share", type=float, default=0.0, help="fraction of records written as JSON")
     p.add_argument("--skip-reference", action="store_true")
+    p.add_argument("--spark", action="store_true", help="instead: time the decode step inside Spark local[2] "
+                   "(reference, vectorised, and from_json+explode on the same records as JSON arrays)")
     args = p.parse_args(argv)
     ref = reference_module()
     opts = ref.JobOptions(max_batch_size=max(100, args.per_publish))
     batches = landing(args.records, args.per_publish, args.arrow_rows, args.json_share)
     n = args.records
+    if args.spark:
+        print(f"bench_vdecode --spark: {n:,} records, {args.per_publish} per PUBLISH, {args.runs} runs")
+        spark_bench(args, ref, batches)
+        return 0
     print(f"bench_vdecode: {n:,} records, {args.per_publish} per PUBLISH, {sum(b.num_rows for b in batches):,} "
           f"landed rows in {len(batches)} Arrow batches of <= {args.arrow_rows:,} rows, JSON share {args.json_share}")
     # the same output, once, before timing
@@ -115,6 +121,81 @@ def main(argv=None) -> int:
           f"{out.nbytes / 1e6:.1f} MB out): peak Python/numpy allocations {numpy_peak / 1e6:.1f} MB, "
           f"Arrow pool peak {(pool.max_memory() - base) / 1e6:.1f} MB (process-wide max, an upper bound)")
     return 0
+
+
+# -- in Spark: the job's decode step, reference vs vectorised, and from_json ------------
+
+def spark_bench(args, ref, batches: list[pa.RecordBatch]) -> None:
+    """local[2]: decode+validate+explode of the same landing zone three ways, each written
+    to Spark's `noop` sink (every column materialised, nothing stored)."""
+    import json as _json
+    import os
+    import tempfile
+
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession, functions as F, types as T
+
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "spark_jobs"), os.environ.get("PYTHONPATH", "")])
+    tmp = tempfile.mkdtemp(prefix="bench_vdecode_")
+    table = pa.Table.from_batches(batches)
+    os.makedirs(f"{tmp}/landed")
+    pq.write_table(table, f"{tmp}/landed/part-0.parquet")
+    # the same records as JSON arrays, one array per landed PUBLISH
+    arrays = []
+    for payload in table.column("payload").to_pylist():
+        res = codec.decode([("batch-format", "v1"), ("batch-size", str(args.per_publish))], payload,
+                           codec.DecodeOptions(max_batch_size=max(100, args.per_publish)))
+        recs = [records.parse(m) for m in res.messages]
+        arrays.append(_json.dumps([{"v": 1, "kind": r.kind, "boot": r.boot, "seq": r.seq, "ts_ms": r.time_ms,
+                                    "synced": r.synced, "r": {records.CHANNELS[c].name: v for c, v in r.readings}}
+                                   for r in recs], separators=(",", ":")))
+    pq.write_table(pa.table({"topic": table.column("topic"), "json": pa.array(arrays)}), f"{tmp}/json.parquet")
+    json_schema = T.ArrayType(T.StructType([
+        T.StructField("v", T.IntegerType()), T.StructField("kind", T.StringType()),
+        T.StructField("boot", T.LongType()), T.StructField("seq", T.LongType()),
+        T.StructField("ts_ms", T.LongType()), T.StructField("synced", T.BooleanType()),
+        T.StructField("r", T.MapType(T.StringType(), T.LongType()))]))
+    spark = (SparkSession.builder.master("local[2]").appName("bench-vdecode")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    opts = ref.JobOptions(max_batch_size=max(100, args.per_publish))
+    schema = ref.DECODED_SCHEMA
+
+    def landed():
+        return ref.read_landing(spark, f"{tmp}/landed").select(*ref.LANDED_COLUMNS)
+
+    def reference():
+        landed().mapInArrow(lambda it: ref.decode_batches(it, opts), schema).write.format("noop").mode(
+            "overwrite").save()
+
+    def vectorised():
+        landed().mapInArrow(lambda it: (vdecode.decode_arrow(b, opts) for b in it), schema).write.format(
+            "noop").mode("overwrite").save()
+
+    def from_json():
+        (spark.read.parquet(f"{tmp}/json.parquet")
+         .select("topic", F.explode(F.from_json("json", json_schema)).alias("r")).select("topic", "r.*")
+         .write.format("noop").mode("overwrite").save())
+
+    paths = {"vectorised (mapInArrow + mqbatch.vdecode)": vectorised, "from_json + explode (JSON arrays)": from_json}
+    if not args.skip_reference:
+        paths["reference (mapInArrow + decode_batches)"] = reference
+    vectorised()                   # warm-up: JVM, Python workers, file cache
+    from_json()
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for _ in range(args.runs):
+        for name, fn in paths.items():
+            times[name].append(timed(fn))
+    n = args.records
+    for name, ts in times.items():
+        print(f"  Spark local[2], {name}: {figure(n, ts)}")
+    vec, js = times["vectorised (mapInArrow + mqbatch.vdecode)"], times["from_json + explode (JSON arrays)"]
+    ratios = sorted(j / v for j, v in zip(js, vec))
+    print(f"  vectorised / from_json, same runs: {statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]")
+    spark.stop()
 
 
 def pc_topics(batch: pa.RecordBatch) -> pa.Array:

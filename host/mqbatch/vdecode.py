@@ -235,6 +235,8 @@ class _Messages:
 
 
 def _split_batches(props: _Props, p_off, data, opts):
+    """codec.decode's checks 1-8 for every row: status, reason code (-1 = none),
+    delivered count and the delivered sub-messages, ordered by row and index."""
     n = len(props.lengths)
     reason = np.full(n, -1, np.int64)
 
@@ -254,13 +256,37 @@ def _split_batches(props: _Props, p_off, data, opts):
     over = _exceeds(size, digits, syntax, opts.max_batch_size)
     fail(over, codec.SIZE_LIMIT)                                                # 5
     p_len = np.diff(p_off)
-    fail(p_len > min(opts.max_payload_bytes, _I62), codec.PAYLOAD_LIMIT)                  # 6
+    fail(p_len > min(opts.max_payload_bytes, _I62), codec.PAYLOAD_LIMIT)      # 6
     # expected count; more digits than int64 holds can never be reached (a sub-message takes >= 1 byte)
     small = syntax & (digits <= 18)
     expected = pc.cast(pc.if_else(pa.array(small), size, "0"), pa.int64()).to_numpy(zero_copy_only=False)
     expected = np.where(small, expected, _I62)
 
     # 7: walk the length prefixes of all rows together, one sub-message per step
+    pos, count, found = _walk(p_off, data, expected, reason, opts.allow_empty)
+
+    # 8: count
+    pending = reason < 0
+    complete = pending & (count == expected) & (pos == p_off[1:])
+    fail(pending & ~complete, codec.COUNT_MISMATCH)
+    status = np.full(n, _DISCARDED, np.int8)
+    status[complete] = _OK
+    if opts.partial:
+        status[(reason == _R[codec.COUNT_MISMATCH]) & (count > 0)] = _PARTIAL
+    delivered = np.where(status == _DISCARDED, 0, count)
+
+    row, k, start, length = found
+    keep = status[row] != _DISCARDED
+    row, k, start, length = row[keep], k[keep], start[keep], length[keep]
+    order = np.argsort(row, kind="stable")       # steps are in k order: stable sort keeps it per row
+    return status, reason, delivered, _Messages(row[order], k[order], start[order], length[order])
+
+
+def _walk(p_off, data, expected, reason, allow_empty):
+    """Check 7 for all rows at once: step k reads the k-th length prefix of every row still
+    going. Sets `reason` of the rows that fail; returns each row's end position and count,
+    and the sub-messages found (row, index, start, length)."""
+    n = len(expected)
     pos, end = p_off[:-1].copy(), p_off[1:]
     count = np.zeros(n, np.int64)
     act = np.flatnonzero((reason < 0) & (pos < end) & (count < expected))
@@ -287,7 +313,7 @@ def _split_batches(props: _Props, p_off, data, opts):
             done |= fin
         err[~done & (err < 0)] = _R[codec.INVALID_LENGTH]                       # 4th byte continues
         start = p + used
-        if not opts.allow_empty:
+        if not allow_empty:
             err[(err < 0) & (val == 0)] = _R[codec.INVALID_LENGTH]
         err[(err < 0) & (val > e - start)] = _R[codec.LENGTH_EXCEEDS]
         bad = err >= 0
@@ -301,22 +327,8 @@ def _split_batches(props: _Props, p_off, data, opts):
         count[good] += 1
         act = good[(pos[good] < end[good]) & (count[good] < expected[good])]
 
-    # 8: count
-    pending = reason < 0
-    complete = pending & (count == expected) & (pos == end)
-    fail(pending & ~complete, codec.COUNT_MISMATCH)
-    status = np.full(n, _DISCARDED, np.int8)
-    status[complete] = _OK
-    if opts.partial:
-        status[(reason == _R[codec.COUNT_MISMATCH]) & (count > 0)] = _PARTIAL
-    delivered = np.where(status == _DISCARDED, 0, count)
-
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
-    row, k, start, length = cat(rows), cat(ks), cat(starts), cat(lens)
-    keep = status[row] != _DISCARDED
-    row, k, start, length = row[keep], k[keep], start[keep], length[keep]
-    order = np.argsort(row, kind="stable")       # steps are in k order: stable sort keeps it per row
-    return status, reason, delivered, _Messages(row[order], k[order], start[order], length[order])
+    return pos, count, (cat(rows), cat(ks), cat(starts), cat(lens))
 
 
 def _values_at(props: _Props, idx: np.ndarray) -> pa.Array:
@@ -449,18 +461,8 @@ def _records(out: _Columns, rpos, m_row, m_start, m_len, data, received_ms, opts
         bad = ((kind != 1) & (kind != 2)) | ((flags & 0xFE) != 0) | (n > records.MAX_READINGS) \
             | (m_len[b] != _HEADER + _READING * n) | (time_ms > 999)
         n = np.where(bad, 0, n)
-        # readings
-        total = int(n.sum())
-        rec = np.repeat(np.arange(len(b)), n)
-        j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-        raw = np.lib.stride_tricks.sliding_window_view(data, _READING)[m_start[b][rec] + _HEADER + _READING * j] \
-            if total else np.zeros((0, _READING), np.uint8)
-        ch = raw[:, 0].astype(np.int64)
-        val = raw[:, 1:5].copy().view("<i4").ravel().astype(np.int64)
-        wrong = ~_KNOWN[ch] | (_KIND[ch] != kind[rec]) | (val < _LOW[ch]) | (val > _HIGH[ch])
-        bad |= _segment_any(wrong, n)
-        slot_count = _segment_sum(np.where(_KNOWN[ch], np.left_shift(1, 6 * _SLOT[ch]), 0), n)
-        bad |= (slot_count & _DUP_MASK) != 0
+        rec, ch, val, wrong = _readings(data, m_start[b], kind, n)
+        bad |= wrong
         t_ms = (records.EPOCH_2020_S + time_s) * 1000 + time_ms
         recv = received_ms[m_row[b]]
         has_recv = recv != np.iinfo(np.int64).min
@@ -480,6 +482,23 @@ def _records(out: _Columns, rpos, m_row, m_start, m_len, data, received_ms, opts
         out.has_dropped[rpos[b[rec[dropped]]]] = True
     _reference_records(out, np.flatnonzero(flagged), rpos, m_row, m_start, m_len, data, received_ms, opts, stats,
                        binary)
+
+
+def _readings(data, starts, kind, n):
+    """The readings of binary records (n per record, after the header): record index,
+    channel and value per reading, and per record whether a channel is unknown, of the
+    other kind, out of range or repeated (the content checks)."""
+    total = int(n.sum())
+    rec = np.repeat(np.arange(len(starts)), n)
+    j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    raw = np.lib.stride_tricks.sliding_window_view(data, _READING)[starts[rec] + _HEADER + _READING * j] \
+        if total else np.zeros((0, _READING), np.uint8)
+    ch = raw[:, 0].astype(np.int64)
+    val = raw[:, 1:5].copy().view("<i4").ravel().astype(np.int64)
+    wrong = ~_KNOWN[ch] | (_KIND[ch] != kind[rec]) | (val < _LOW[ch]) | (val > _HIGH[ch])
+    bad = _segment_sum(wrong.astype(np.int64), n) > 0
+    slot_count = _segment_sum(np.where(_KNOWN[ch], np.left_shift(1, 6 * _SLOT[ch]), 0), n)
+    return rec, ch, val, bad | ((slot_count & _DUP_MASK) != 0)
 
 
 def _reference_records(out, which, rpos, m_row, m_start, m_len, data, received_ms, opts, stats, binary) -> None:
@@ -519,10 +538,6 @@ def _segment_sum(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     c = np.concatenate([[0], np.cumsum(x)])
     ends = np.cumsum(lengths)
     return c[ends] - c[ends - lengths]
-
-
-def _segment_any(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    return _segment_sum(x.astype(np.int64), lengths) > 0
 
 
 def _sub_payloads(n_out, rpos, m_start, m_len, data) -> pa.Array:
