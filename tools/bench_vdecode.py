@@ -15,8 +15,12 @@ share, and the peak memory of one vectorised batch (numpy via tracemalloc, Arrow
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 
@@ -128,10 +132,6 @@ def main(argv=None) -> int:
 def spark_bench(args, ref, batches: list[pa.RecordBatch]) -> None:
     """local[2]: decode+validate+explode of the same landing zone three ways, each written
     to Spark's `noop` sink (every column materialised, nothing stored)."""
-    import json as _json
-    import os
-    import tempfile
-
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession, functions as F, types as T
 
@@ -139,18 +139,23 @@ def spark_bench(args, ref, batches: list[pa.RecordBatch]) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "spark_jobs"), os.environ.get("PYTHONPATH", "")])
     tmp = tempfile.mkdtemp(prefix="bench_vdecode_")
     table = pa.Table.from_batches(batches)
+    half = table.num_rows // 2          # two files: one task per core of local[2]
     os.makedirs(f"{tmp}/landed")
-    pq.write_table(table, f"{tmp}/landed/part-0.parquet")
+    os.makedirs(f"{tmp}/json")
+    for i, part in enumerate((table.slice(0, half), table.slice(half))):
+        pq.write_table(part, f"{tmp}/landed/part-{i}.parquet")
     # the same records as JSON arrays, one array per landed PUBLISH
     arrays = []
     for payload in table.column("payload").to_pylist():
         res = codec.decode([("batch-format", "v1"), ("batch-size", str(args.per_publish))], payload,
                            codec.DecodeOptions(max_batch_size=max(100, args.per_publish)))
         recs = [records.parse(m) for m in res.messages]
-        arrays.append(_json.dumps([{"v": 1, "kind": r.kind, "boot": r.boot, "seq": r.seq, "ts_ms": r.time_ms,
+        arrays.append(json.dumps([{"v": 1, "kind": r.kind, "boot": r.boot, "seq": r.seq, "ts_ms": r.time_ms,
                                     "synced": r.synced, "r": {records.CHANNELS[c].name: v for c, v in r.readings}}
                                    for r in recs], separators=(",", ":")))
-    pq.write_table(pa.table({"topic": table.column("topic"), "json": pa.array(arrays)}), f"{tmp}/json.parquet")
+    as_json = pa.table({"topic": table.column("topic"), "json": pa.array(arrays)})
+    for i, part in enumerate((as_json.slice(0, half), as_json.slice(half))):
+        pq.write_table(part, f"{tmp}/json/part-{i}.parquet")
     json_schema = T.ArrayType(T.StructType([
         T.StructField("v", T.IntegerType()), T.StructField("kind", T.StringType()),
         T.StructField("boot", T.LongType()), T.StructField("seq", T.LongType()),
@@ -176,7 +181,7 @@ def spark_bench(args, ref, batches: list[pa.RecordBatch]) -> None:
             "noop").mode("overwrite").save()
 
     def from_json():
-        (spark.read.parquet(f"{tmp}/json.parquet")
+        (spark.read.parquet(f"{tmp}/json")
          .select("topic", F.explode(F.from_json("json", json_schema)).alias("r")).select("topic", "r.*")
          .write.format("noop").mode("overwrite").save())
 
@@ -196,6 +201,7 @@ def spark_bench(args, ref, batches: list[pa.RecordBatch]) -> None:
     ratios = sorted(j / v for j, v in zip(js, vec))
     print(f"  vectorised / from_json, same runs: {statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]")
     spark.stop()
+    shutil.rmtree(tmp)
 
 
 def pc_topics(batch: pa.RecordBatch) -> pa.Array:
