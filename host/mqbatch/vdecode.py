@@ -127,9 +127,9 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     # assemble, in the reference's column order
     idx = pa.array(take)
     carried = batch.drop_columns(["payload"]).take(idx)        # the payload column is rebuilt below
-    needs_payload = out.stage >= 0
+    quarantined = np.flatnonzero(out.stage >= 0)
     columns = {name: carried.column(name) for name in LANDED_COLUMNS if name != "payload"}
-    columns["payload"] = payload.take(pa.array(take, mask=~needs_payload))
+    columns["payload"] = _landed_payloads(n_out, quarantined, take[quarantined], p_off, data)
     first = np.zeros(n_out, bool)
     first[row_start] = True
     columns.update(
@@ -180,16 +180,38 @@ def _decode_options(opts) -> codec.DecodeOptions:
 
 
 def _offsets_and_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Absolute offsets (n + 1, int64) and the data buffer (uint8) of a binary array without nulls."""
+    """Offsets (n + 1, int64, from 0) and the data bytes (uint8 view) of a binary array without nulls."""
     bufs = arr.buffers()
     width = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type) else np.int32
     offsets = np.frombuffer(bufs[1], width)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
-    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and offsets[-1] > 0 else np.zeros(0, np.uint8)
-    return offsets, data
+    if bufs[2] is None or offsets[-1] == offsets[0]:
+        return offsets - offsets[0], np.zeros(0, np.uint8)
+    # only this array's bytes: a slice of a larger array (Table.to_batches) shares the whole buffer
+    data = np.frombuffer(bufs[2], np.uint8)[offsets[0]:offsets[-1]]
+    return offsets - offsets[0], data
 
 
 def _lookup(values, codes: np.ndarray) -> pa.Array:
-    return pa.array(values, pa.string()).take(pa.array(codes, mask=codes < 0))
+    """values[code] per slot, null where code < 0."""
+    pos = np.flatnonzero(codes >= 0)
+    off, data = _offsets_and_data(pa.array(values, pa.string()).take(pa.array(codes[pos])))
+    return _place(pa.string(), len(codes), pos, np.diff(off), data)
+
+
+def _place(type_: pa.DataType, n: int, pos: np.ndarray, lengths: np.ndarray, data: np.ndarray) -> pa.Array:
+    """A binary/string array of n slots: slot pos[k] holds the next lengths[k] bytes of data
+    (pos ascending), the others are null. Built from buffers, because Arrow's take with null
+    indices reserves (mean value length x n) bytes: gigabytes for a payload column."""
+    sizes = np.zeros(n, np.int64)
+    sizes[pos] = lengths
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"decoded Arrow batch needs {offsets[-1]:,} bytes in one {type_} column (limit 2 GiB): "
+                         f"lower spark.sql.execution.arrow.maxRecordsPerBatch or max_batch_size")
+    valid = np.zeros(n, bool)
+    valid[pos] = True
+    return pa.Array.from_buffers(type_, n, [pa.py_buffer(np.packbits(valid, bitorder="little")),
+                                            pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data.copy())])
 
 
 def _received_ms(received_us: pa.Array) -> np.ndarray:
@@ -410,11 +432,9 @@ class _Columns:
         self.has_dropped = np.zeros(n, bool)
 
     def detail_array(self) -> pa.Array:
-        idx = np.full(self.n, -1, np.int64)
-        if self.details:
-            pos = np.array([p for p, _ in self.details], np.int64)
-            idx[pos] = np.arange(len(pos))
-        return pa.array([d for _, d in self.details], pa.string()).take(pa.array(idx, mask=idx < 0))
+        details = sorted(self.details)
+        off, data = _offsets_and_data(pa.array([d for _, d in details], pa.string()))
+        return _place(pa.string(), self.n, np.array([p for p, _ in details], np.int64), np.diff(off), data)
 
     def record_columns(self) -> dict:
         v = self.valid
@@ -547,10 +567,11 @@ def _sub_payloads(n_out, rpos, m_start, m_len, data) -> pa.Array:
     marks[m_start[nonempty]] = 1
     marks[m_start[nonempty] + m_len[nonempty]] -= 1
     body = data[np.cumsum(marks[:-1], dtype=np.int8).astype(bool)] if len(data) else data
-    lengths = np.zeros(n_out, np.int64)
-    lengths[rpos] = m_len
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    valid = np.zeros(n_out, bool)
-    valid[rpos] = True
-    return pa.Array.from_buffers(pa.binary(), n_out, [pa.py_buffer(np.packbits(valid, bitorder="little")),
-                                                      pa.py_buffer(offsets), pa.py_buffer(body.copy())])
+    return _place(pa.binary(), n_out, rpos, m_len, body)
+
+
+def _landed_payloads(n_out, pos, rows, p_off, data) -> pa.Array:
+    """payload: the landed payload (b'' for null) at the quarantine rows `pos` of landed rows `rows`."""
+    parts = [data[p_off[i]:p_off[i + 1]] for i in rows]       # quarantine rows only
+    return _place(pa.binary(), n_out, pos, p_off[rows + 1] - p_off[rows],
+                  np.concatenate(parts) if parts else np.zeros(0, np.uint8))
