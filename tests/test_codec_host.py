@@ -99,12 +99,25 @@ text_or_bytes = st.one_of(st.text(max_size=12), st.binary(max_size=12),
                           st.sampled_from(["batch-format", "batch-size", "v1", "1", "2", "100", "0"]))
 
 
-@given(st.lists(st.tuples(text_or_bytes, text_or_bytes), max_size=6), st.binary(max_size=400),
-       st.integers(1, 200), st.integers(1, 500), st.booleans(), st.booleans())
+# both shapes of a user property (issue 13), and mappings that are neither
+property_shapes = st.one_of(st.tuples(text_or_bytes, text_or_bytes),
+                            st.builds(lambda k, v: {"key": k, "value": v}, text_or_bytes, text_or_bytes),
+                            st.dictionaries(st.sampled_from(["key", "value", "name"]), text_or_bytes, max_size=3))
+batch_sizes = st.one_of(st.integers(1, 200).map(str), st.sampled_from(["10000000000000", "1" + "0" * 5000, "0"]))
+# limits as configured, small and beyond the old 10**12 cap (issue 10)
+limits = st.one_of(st.integers(1, 200), st.sampled_from([10 ** 12, 10 ** 13, 2 ** 70]))
+
+
+@given(st.lists(property_shapes, max_size=6), st.lists(batch_sizes, max_size=2), st.binary(max_size=400),
+       limits, st.integers(1, 500), st.booleans(), st.booleans())
 @settings(max_examples=1500, deadline=None)
-def test_hostile_input_never_raises(props, payload, max_batch, max_bytes, allow_empty, partial):
+def test_hostile_input_never_raises(props, sizes, payload, max_batch, max_bytes, allow_empty, partial):
+    props = [("batch-format", "v1")] * bool(sizes) + [("batch-size", s) for s in sizes] + props
     opts = codec.DecodeOptions(max_batch, max_bytes, allow_empty, partial)
     res = codec.decode(props, payload, opts)
+    json.dumps(res.log, default=repr)           # `mqbatch decode` writes the log record as JSON
+    if res.status != codec.DISCARDED:           # what is delivered is exactly the payload
+        assert codec.encode_payload(res.messages) == payload[:len(codec.encode_payload(res.messages))]
     assert res.status in (codec.OK, codec.PARTIAL, codec.DISCARDED)
     if res.status == codec.OK:
         assert res.reason is None
@@ -181,3 +194,109 @@ def test_cli_logs_discarded_batches_to_stderr():
 def test_cli_rejects_bad_limits():
     proc = run_cli("--max-batch-size", "0", input="")
     assert proc.returncode == 2 and "must be >= 1" in proc.stderr
+
+
+# ---- issue 10: the batch-size limit is exact for any size --------------------------
+
+@pytest.mark.parametrize("limit,size", [(10 ** 12, str(10 ** 12 + 1)), (10 ** 13, "20000000000000"),
+                                        (2 ** 70, str(2 ** 70 + 1)), (2 ** 70, "1" + "0" * 5000),
+                                        (10 ** 12, "9" * 13)])
+def test_batch_size_over_a_large_limit_is_size_limit_exceeded(limit, size):
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a",
+                       codec.DecodeOptions(max_batch_size=limit, max_payload_bytes=10 ** 20))
+    assert (res.status, res.reason) == (codec.DISCARDED, codec.SIZE_LIMIT)
+    assert f"exceeds max_batch_size {limit}" in res.log["detail"]
+
+
+@pytest.mark.parametrize("limit,size", [(10 ** 12, str(10 ** 12)), (10 ** 13, "5000000000000"),
+                                        (2 ** 70, str(2 ** 70))])
+def test_batch_size_at_or_under_a_large_limit_is_counted_exactly(limit, size):
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a",
+                       codec.DecodeOptions(max_batch_size=limit))
+    assert (res.status, res.reason) == (codec.DISCARDED, codec.COUNT_MISMATCH)
+    assert res.log["expected"] == int(size) and f"batch-size {size} but 1 sub-messages" in res.log["detail"]
+
+
+def test_over_limit_batch_size_too_long_for_an_int_is_still_reported():
+    size = "7" * 5000                       # beyond CPython's int/str conversion limit (4300 digits)
+    res = codec.decode([("batch-format", "v1"), ("batch-size", size)], b"\x01a")
+    assert res.reason == codec.SIZE_LIMIT and res.log["expected"] is None
+    json.dumps(res.log)                     # the CLI writes it as JSON
+
+
+# ---- issue 13: the landing table's {key, value} user properties --------------------
+
+def test_user_properties_as_key_value_dicts_decode_like_pairs():
+    from mqbatch import landing
+    table = landing.to_table([landing.Landed("mqbatch/d/telemetry", b"\x01a\x01b",
+                                             [("batch-format", "v1"), ("batch-size", "2")], received_at_us=0)],
+                             "r", 0)
+    props = table.column("user_properties").to_pylist()[0]
+    assert props == [{"key": "batch-format", "value": "v1"}, {"key": "batch-size", "value": "2"}]
+    res = codec.decode(props, b"\x01a\x01b")
+    assert (res.status, res.messages) == (codec.OK, [b"a", b"b"])
+    assert codec.decode(props, b"\x01a\x01b").log == codec.decode([tuple(p.values()) for p in props], b"\x01a\x01b").log
+
+
+@pytest.mark.parametrize("bad", [[{"key": "batch-format"}], [{"name": "batch-size", "value": "1"}],
+                                 [{"key": "batch-format", "value": "v1", "extra": 1}]])
+def test_other_dicts_are_an_invalid_property_saying_why(bad):
+    res = codec.decode(bad + [("batch-size", "1")], b"\x01a")
+    assert res.reason == codec.INVALID_PROPERTY
+    assert "key/value" in res.log["detail"]
+
+
+# ---- record parser fuzz (structure-aware: header fields, readings, JSON objects) ----
+
+from mqbatch import records  # noqa: E402
+
+T_REC = 1_795_000_000_000
+channel_ids = st.one_of(st.sampled_from(sorted(records.CHANNELS)), st.integers(0, 255))
+i32 = st.one_of(st.integers(-(1 << 31), (1 << 31) - 1),
+                st.sampled_from(sorted({b + d for c in records.CHANNELS.values() for b in (c.low, c.high)
+                                        if b is not None for d in (-1, 0, 1)})))
+@st.composite
+def binary_records(draw):
+    """Mostly well-formed binary records of either kind, with one field often off."""
+    kind = draw(st.sampled_from([1, 2, 1, 2, 0, 3]))
+    own = sorted(c.id for c in records.CHANNELS.values() if records.KIND_CODES[c.kind] == kind)
+    chans = draw(st.lists(st.one_of(st.sampled_from(own or [1]), channel_ids), max_size=34))
+    readings = [(c, draw(i32)) for c in chans]
+    n = draw(st.sampled_from([len(readings)] * 6 + [0, 33, 255, len(readings) + 1]))
+    time_s = (T_REC // 1000 - records.EPOCH_2020_S) + draw(st.integers(-10 ** 6, 2 * 86400))
+    head = records.HEADER.pack(draw(st.sampled_from([1] * 8 + [0, 2, 0x7B])), kind,
+                               draw(st.sampled_from([0, 1, 0, 1, 2, 0x81, 0xFF])), n & 0xFF,
+                               draw(st.integers(0, 0xFFFFFFFF)), draw(st.integers(0, 0xFFFFFFFF)),
+                               max(time_s, 0), draw(st.sampled_from([0, 999, 0, 999, 1000, 65535])))
+    data = head + b"".join(records.READING.pack(c, v) for c, v in readings)
+    return data[:draw(st.sampled_from([None] * 6 + [0, 17, 20]))] + draw(st.sampled_from([b""] * 6 + [b"\x00"]))
+
+
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(1 << 40), 1 << 40),
+                                     st.floats(allow_nan=False), st.text(max_size=8)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                           max_leaves=8)
+json_records = st.builds(
+    lambda base, drop, extra: json.dumps({**{k: v for k, v in base.items() if k not in drop}, **extra}).encode(),
+    st.fixed_dictionaries({"v": st.sampled_from([1, 1, 2, True]), "kind": st.sampled_from(["sample", "health", 1]),
+                           "boot": st.integers(-1, 1 << 33), "seq": st.integers(0, 1 << 32),
+                           "ts_ms": st.integers(-1, T_REC * 2), "synced": st.sampled_from([True, False, 1]),
+                           "r": st.dictionaries(st.sampled_from(sorted(records.CHANNEL_BY_NAME) + ["heat"]),
+                                                i32, max_size=8)}),
+    st.sets(st.sampled_from(["v", "kind", "boot", "seq", "ts_ms", "synced", "r"]), max_size=2),
+    st.dictionaries(st.sampled_from(["v", "r", "x", "ts_ms"]), json_values, max_size=2))
+
+
+@given(st.one_of(binary_records(), json_records, st.binary(max_size=80)),
+       st.one_of(st.none(), st.integers(T_REC - 86_400_000, T_REC + 86_400_000)))
+@settings(max_examples=1500, deadline=None)
+def test_record_parser_fuzz_only_raises_record_error(data, received_ms):
+    try:
+        rec = records.parse(data, received_ms)
+    except records.RecordError as e:
+        assert e.reason in records.RECORD_REASONS and e.detail
+        return
+    assert rec.kind in (records.SAMPLE, records.HEALTH) and len(rec.readings) <= records.MAX_READINGS
+    if rec.format == "binary":                 # a valid binary record is exactly its re-encoding
+        assert records.encode_binary(rec.kind, rec.boot, rec.seq, rec.time_ms, rec.readings, rec.synced) == data

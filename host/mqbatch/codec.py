@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 VBI_MAX = 268_435_455
 
@@ -36,6 +36,7 @@ REASON_CODES = (
 )
 
 _BATCH_SIZE_RE = re.compile(r"[1-9][0-9]*", re.ASCII)
+_MAX_INT_DIGITS = 4300      # CPython's default int <-> str conversion limit (sys.int_info)
 
 
 class EncodeError(ValueError):
@@ -126,12 +127,30 @@ def _as_str(v) -> str:
     return str(v)
 
 
+def _pair(p) -> tuple:
+    """A user property as (key, value): a pair, or a mapping with exactly the keys
+    'key' and 'value' (the landing table's shape, as Arrow's to_pylist gives it)."""
+    if isinstance(p, Mapping):
+        if set(p) != {"key", "value"}:
+            raise ValueError(f"a mapping needs exactly the keys 'key' and 'value', got {sorted(map(str, p))[:4]}")
+        return p["key"], p["value"]
+    return p
+
+
+def _exceeds(digits: str, limit: int) -> bool:
+    """Whether the decimal `digits` (no sign, no leading zero) exceed `limit`, for any length."""
+    if limit < 1:
+        return True
+    text = str(limit)
+    return (len(digits), digits) > (len(text), text)
+
+
 def decode(user_properties, payload, options: DecodeOptions | None = None,
            topic: str | None = None, client_id: str | None = None) -> DecodeResult:
     """Validate and split one batch PUBLISH. Never raises on hostile input."""
     opts = options or DecodeOptions()
     try:
-        props = [(_as_str(k), _as_str(v)) for k, v in (user_properties or [])]
+        props = [(_as_str(k), _as_str(v)) for k, v in map(_pair, user_properties or [])]
     except (TypeError, ValueError) as e:
         props = []
         bad_props = f"user properties are not key/value pairs: {e}"
@@ -168,11 +187,11 @@ def decode(user_properties, payload, options: DecodeOptions | None = None,
     # 4. batch-size syntax
     if not _BATCH_SIZE_RE.fullmatch(sizes[0]):
         return fail(INVALID_PROPERTY, f"batch-size {sizes[0][:40]!r} is not a positive decimal integer")
-    expected = int(sizes[0]) if len(sizes[0]) <= 12 else 10 ** 12
-    log["expected"] = expected
-    # 5. batch-size limit
-    if expected > opts.max_batch_size:
+    # 5. batch-size limit, compared as text: exact for any length, no int() of a hostile string
+    if _exceeds(sizes[0], opts.max_batch_size):
+        log["expected"] = int(sizes[0]) if len(sizes[0]) <= _MAX_INT_DIGITS else None
         return fail(SIZE_LIMIT, f"batch-size {sizes[0][:40]} exceeds max_batch_size {opts.max_batch_size}")
+    expected = log["expected"] = int(sizes[0])
     # 6. payload limit
     if len(data) > opts.max_payload_bytes:
         return fail(PAYLOAD_LIMIT, f"payload of {len(data)} bytes exceeds max_payload_bytes {opts.max_payload_bytes}")
