@@ -606,3 +606,18 @@ def test_flash_writes_per_append_and_ack_littlefs():
     assert late <= early + 4096, (per,)
     # an ack is a small record, never a rewrite of the 1 KiB entry or the segment
     assert aprog[len(aprog) // 2] < 1028, acks
+
+
+# ---- flash rot: a device must always boot (issue 10 finding 7) ---------------------
+
+def test_damage_campaign_every_byte_always_opens_and_counts_every_loss():
+    """Flipped bits / byte patterns at every byte and truncation at (every third, or
+    with MQBATCH_OUTBOX_CAMPAIGN=full every) length of each file of a 3-segment
+    outbox: it always opens, delivers only what was stored, counts every record it
+    cannot deliver (stored = delivered + counted dropped) and takes appends."""
+    from outbox_campaign import run
+    full = os.getenv("MQBATCH_OUTBOX_CAMPAIGN") == "full"
+    stats = run(full)
+    print("OUTBOX_CAMPAIGN", "full" if full else "bounded", json.dumps(stats))
+    assert stats["cases"] == stats["flips"] + stats["cuts"] + 1, stats
+    assert stats["cases"] > (9000 if full else 1000), stats
