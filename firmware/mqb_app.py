@@ -214,6 +214,11 @@ class App:
         self.wire_bytes = 0        # may pass 2**31 on a long run: not in the int32 array
         log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
+        for reason, first, end, n in self.outbox.damage:   # flash rot found on open (docs/outbox.md)
+            if n < 0:
+                log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))
+            else:
+                log("outbox entries %d..%d unreadable (%s): %d records counted dropped" % (first, end - 1, reason, n))
 
     def _make_client(self, cfg, ssl_context):
         from mqb_transport import Transport
