@@ -682,7 +682,11 @@ class Outbox:
             self._off[slot] = off
             self._cnt[slot] = 0
         self._sn[s] = end - self._sfirst[s]
-        runs.append([start, end, self._p[0], self._p[1], -1, -1, est])
+        if runs and runs[-1][1] == start and runs[-1][4] < 0:
+            runs[-1][1] = end          # no readable header between: one run, the same neighbours
+            runs[-1][6] = -1
+        else:
+            runs.append([start, end, self._p[0], self._p[1], -1, -1, est])
 
     def _count_runs(self, runs):
         """Count the records of lost entries that no ack record covers: all of them
