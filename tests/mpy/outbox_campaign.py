@@ -44,7 +44,7 @@ class Pristine:
         seq = 0
         for i in range(N_ENTRIES):
             data = payload(900 + i, 30 + (i * 23) % 45)
-            recs = 1 + i % 4
+            recs = 2 + i % 3           # > 1: a fallback of one record per lost entry shows as off
             eid = ob.append(data, recs, BOOT, seq, seq + recs - 1)
             seq += recs
             self.data[eid] = data
