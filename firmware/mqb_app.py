@@ -250,7 +250,7 @@ class App:
             if n < 0:
                 log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))
             else:
-                log("outbox entries %d..%d unreadable (%s): %d records counted dropped" % (first, end - 1, reason, n))
+                log("outbox entries %d..%d lost on flash (%s): %d records counted dropped" % (first, end - 1, reason, n))
 
     def _make_client(self, cfg, ssl_context):
         from mqb_transport import Transport
