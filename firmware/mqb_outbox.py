@@ -562,7 +562,8 @@ class Outbox:
                     first = prev_end
                 else:
                     # nothing readable and no segment before it: which ids it held is unknown
-                    if items and items[-1][7] == _UNREADABLE:
+                    # (noted if a later segment shows it was not simply the newest, torn)
+                    if os.stat(path)[6]:
                         unknown = sno
                     os.remove(path)
                     continue
@@ -834,12 +835,13 @@ class Outbox:
                 if size - off >= ENTRY_HEADER_SIZE:
                     eid = self._header_at(f, off, size, expect, lo, hi)
                 if eid < 0:
-                    if size - off < ENTRY_HEADER_SIZE or hdr[0] in (0, 0xFF) and hdr == bytes([hdr[0]]) * len(hdr):
-                        items.append([-1, off, size, -1, 0, 0, 0, _BLANK])
-                        break
+                    blank = size - off < ENTRY_HEADER_SIZE or hdr[0] in (0, 0xFF) and hdr == bytes([hdr[0]]) * len(hdr)
                     length = _u32(hdr, 0)
                     rec = hdr[20] | hdr[21] << 8
                     nxt = self._resync(f, off + 1, size, expect + 1 if expect >= 0 else lo, hi, scratch)
+                    if nxt < 0 and blank:        # nothing readable follows: a torn tail
+                        items.append([-1, off, size, -1, 0, 0, 0, _BLANK])
+                        break
                     stop = size if nxt < 0 else nxt
                     items.append([-1, off, stop, rec if stop - off == ENTRY_HEADER_SIZE + length else -1,
                                   0, 0, 0, _UNREADABLE])

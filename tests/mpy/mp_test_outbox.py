@@ -761,3 +761,34 @@ def test_open_time_healthy_and_damaged_figures():
         assert res["one_bit_every_header_dropped"] == 0, res
         assert res["first_header_unreadable_pending"] == 12, res
         assert res["first_header_unreadable_dropped"] == 400, res   # 4 entries x 100 records (seq bound or header)
+
+
+def test_erased_bytes_inside_a_segment_and_an_unreadable_oldest_segment():
+    """Bytes read back as erased (0xFF) inside a segment are not a torn tail when
+    entries follow: the entry there is counted, the ones after are kept. An oldest
+    segment cut below its header is noted in ob.damage (its ids are unknown)."""
+    with TmpDir("ob15") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=400, max_segments=4, max_entries=3)
+        ob = Outbox(root, **cfg)
+        for i in range(9):
+            ob.append(payload(i, 60), 3, 2, i * 3, i * 3 + 2)
+        ob.close()
+        names = _segment_files(root)
+        with open(root + "/" + names[1], "rb") as f:      # entries 3..5
+            img = bytearray(f.read())
+        a = SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 60      # entry 4, header and payload
+        img[a:a + ENTRY_HEADER_SIZE + 60] = b"\xff" * (ENTRY_HEADER_SIZE + 60)
+        with open(root + "/" + names[1], "wb") as f:
+            f.write(img)
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [0, 1, 2, 3, 5, 6, 7, 8] and ob.dropped_total == 3, (_pending(ob), ob.damage)
+        assert ob.damage == [("unreadable", 4, 5, 3)], ob.damage
+        ob.close()
+        with open(root + "/" + names[0], "wb") as f:      # the oldest segment: 10 bytes left
+            f.write(b"MQBS\x01\x00\x00\x00\x00\x00")
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [3, 5, 6, 7, 8] and ob.dropped_total == 3, _pending(ob)
+        assert ob.damage == [("segment", 0, -1, -1)], ob.damage
+        assert ob.append(b"x", 1) == 9
+        ob.close()
