@@ -26,7 +26,6 @@ import mqb_board as board
 import mqb_packet as P
 import mqb_record as R
 from mqb_boot import BootCounter
-from mqb_hmac import BatchMac
 from mqb_client import BUSY, SESSION_LOST, Client, MQTTError
 from mqb_codec import FULL, BatchEncoder, vbi_read, vbi_size
 from mqb_outbox import CORRUPT, TOO_SMALL, UNKNOWN, Outbox
@@ -176,6 +175,7 @@ class App:
         self.mac = None
         if key is not None:
             # every batch PUBLISH carries batch-hmac (docs/format.md): 79 more header bytes
+            from mqb_hmac import BatchMac   # imported only when used: a module costs heap on a board
             self.mac = BatchMac(key)
             headroom += P.BATCH_MAC_PROPERTY_LEN
             if buffers is not None and min(len(b) for b in buffers) - headroom < max_bytes:
