@@ -14,6 +14,11 @@
 # record (or deletes the segment when that was its last pending entry): acks
 # never rewrite a segment. See docs/outbox.md for which duplicates a power cut
 # can cause (never losses).
+#
+# Flash rot: opening never fails on what a segment holds. One flipped bit in a
+# header is corrected (CRC-32); past unreadable headers the reader
+# resynchronises on the next good one; every entry it cannot read back is
+# counted as dropped once and listed in ob.damage (docs/outbox.md "Damage on flash").
 import os
 import struct
 from array import array
