@@ -19,6 +19,7 @@ import json
 import os
 import time
 from array import array
+from binascii import unhexlify
 from micropython import const
 
 import mqb_board as board
@@ -55,6 +56,9 @@ def defaults():
         # broker delivered the batch to nobody (e.g. the recorder's shared subscription is
         # not back yet after a broker restart): keep the batch and send it again later.
         "require_subscribers": True,
+        # HMAC-SHA256 key (hex, 16..64 bytes) signing every batch as User Property
+        # batch-hmac (docs/format.md); null: batches go unsigned
+        "hmac_key": None,
         "broker": {"port": None, "tls": True, "ca": None, "server_hostname": None, "client_cert": None,
                    "client_key": None, "username": None, "password": None, "keepalive_s": 30,
                    "session_expiry_s": 3600, "receive_max": 4, "connect_timeout_ms": 3000},
@@ -133,7 +137,22 @@ def make_config(user):
         raise ConfigError("qos must be 0, 1 or 2, got %r" % cfg["qos"])
     if not 0 < cfg["sample_hz"] <= 1000:
         raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
+    hmac_key(cfg)
     return cfg
+
+
+def hmac_key(cfg):
+    """The batch-hmac key from cfg["hmac_key"] (hex text) as bytes, or None."""
+    text = cfg.get("hmac_key")
+    if text is None:
+        return None
+    try:
+        key = unhexlify(text)
+    except (TypeError, ValueError):
+        raise ConfigError("hmac_key must be hex text (2 digits per byte)")
+    if not 16 <= len(key) <= 64:
+        raise ConfigError("hmac_key of %d bytes: must be 16..64 bytes" % len(key))
+    return key
 
 
 class App:
@@ -151,16 +170,29 @@ class App:
         fl = cfg["flush"]
         self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
+        max_bytes = fl["max_bytes"]
+        key = hmac_key(cfg)
+        self.mac = None
+        if key is not None:
+            # every batch PUBLISH carries batch-hmac (docs/format.md): 79 more header bytes
+            from mqb_hmac import BatchMac   # imported only when used: a module costs heap on a board
+            self.mac = BatchMac(key)
+            headroom += P.BATCH_MAC_PROPERTY_LEN
+            if buffers is not None and min(len(b) for b in buffers) - headroom < max_bytes:
+                max_bytes = min(len(b) for b in buffers) - headroom
+                log("flush.max_bytes %d lowered to %d: the batch-hmac property takes %d bytes of the batch buffers"
+                    % (fl["max_bytes"], max_bytes, P.BATCH_MAC_PROPERTY_LEN))
+        P.batch_mac = self.mac.hex if self.mac is not None else None
         # two buffers: one fills with samples while the other sends a stored batch
-        need = headroom + fl["max_bytes"]
+        need = headroom + max_bytes
         if buffers is None:
             buffers = (bytearray(need), bytearray(need))
         for b in buffers:
             if len(b) < need:
                 raise ConfigError("batch buffer of %d bytes < %d needed (flush.max_bytes %d + %d header room)"
-                                  % (len(b), need, fl["max_bytes"], headroom))
-        self.enc = BatchEncoder(buffers[0], headroom, fl["max_count"], fl["max_bytes"])
-        self.out = BatchEncoder(buffers[1], headroom, fl["max_count"], fl["max_bytes"])
+                                  % (len(b), need, max_bytes, headroom))
+        self.enc = BatchEncoder(buffers[0], headroom, fl["max_count"], max_bytes)
+        self.out = BatchEncoder(buffers[1], headroom, fl["max_count"], max_bytes)
         self.out_view = memoryview(self.out.buf)[headroom:]
         board.init(cfg)
         self.boot = BootCounter(self.flash + "/mqb_boot").next()
@@ -169,9 +201,9 @@ class App:
         ob = cfg["outbox"]
         self.outbox = Outbox(self.flash + "/outbox", ob["segment_bytes"], ob["segments"], ob["max_entries"],
                              ob["policy"])
-        if self.outbox.max_payload < fl["max_bytes"]:
+        if self.outbox.max_payload < max_bytes:
             raise ConfigError("outbox.segment_bytes %d holds batches of up to %d bytes, less than flush.max_bytes %d"
-                              % (ob["segment_bytes"], self.outbox.max_payload, fl["max_bytes"]))
+                              % (ob["segment_bytes"], self.outbox.max_payload, max_bytes))
         self.writer = R.RecordWriter(self.enc, self.clock, self.boot, cfg["record_format"], self._renew_boot)
         self.channels = bytes(board.CHANNELS)
         self.values = array("i", bytes(4 * len(self.channels)))
@@ -214,6 +246,11 @@ class App:
         self.wire_bytes = 0        # may pass 2**31 on a long run: not in the int32 array
         log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
+        for reason, first, end, n in self.outbox.damage:   # flash rot found on open (docs/outbox.md)
+            if n < 0:
+                log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))
+            else:
+                log("outbox entries %d..%d lost on flash (%s): %d records counted dropped" % (first, end - 1, reason, n))
 
     def _make_client(self, cfg, ssl_context):
         from mqb_transport import Transport
@@ -443,6 +480,9 @@ class App:
 
     def _publish(self, eid, resend_pid=0):
         c = self.client
+        if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
+            out = self.out
+            self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
         pid = c.publish_batch(self.out, self.topic, self.qos, resend_pid=resend_pid)
         if pid == BUSY:
             return False

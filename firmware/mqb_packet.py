@@ -404,6 +404,14 @@ def ack_props_start(ptype, buf, start, end):
 PINGREQ_PACKET = b"\xc0\x00"
 _UP_BATCH_FORMAT = const(b"\x26\x00\x0cbatch-format\x00\x02v1")  # User Property batch-format = v1
 _UP_BATCH_SIZE_KEY = const(b"\x26\x00\x0abatch-size")     # + 2-byte length + digits
+_UP_BATCH_HMAC_KEY = const(b"\x26\x00\x0abatch-hmac\x00\x40")  # + 64 hex digits (docs/format.md)
+# The batch's HMAC, sent as User Property batch-hmac when set: None, or the
+# 64-byte buffer of hex digits mqb_hmac.BatchMac.sign() fills before each
+# publish (mqb_app sets it when the config has hmac_key). Module state so that
+# every size the client computes through publish_props_len (apply_budget, the
+# Maximum Packet Size check) counts it without a change to its calls.
+batch_mac = None
+BATCH_MAC_PROPERTY_LEN = 79   # len(_UP_BATCH_HMAC_KEY) + 64
 
 
 def _vbi(n):
@@ -488,6 +496,8 @@ def publish_props_len(count_digits, alias, expiry, content_type, payload_format)
         n += 3 + len(content_type)
     if payload_format is not None:
         n += 2
+    if batch_mac is not None:
+        n += len(_UP_BATCH_HMAC_KEY) + 64
     return n
 
 
@@ -557,6 +567,11 @@ def write_publish_header(buf, end, flags, topic, topic_len, pid, alias, expiry, 
     buf[p] = 0
     buf[p + 1] = d
     p = enc.write_count(buf, p + 2)
+    if batch_mac is not None:
+        n = len(_UP_BATCH_HMAC_KEY)
+        buf[p:p + n] = _UP_BATCH_HMAC_KEY
+        buf[p + n:p + n + 64] = batch_mac
+        p += n + 64
     if p != end:
         raise ValueError("PUBLISH header size mismatch: wrote to %d, expected %d" % (p, end))
     return start

@@ -178,12 +178,18 @@ def test_damaged_entries_are_discarded_counted_once_and_never_hide_others():
         ob = Outbox(root, **cfg)           # counted once
         assert _pending(ob) == [0, 3, 5] and ob.dropped_total == 12
         ob.close()
-        # the newest entry of the newest segment: indistinguishable from a torn
-        # append (documented): dropped without being counted
+        # the newest entry of the newest segment, complete with a bad payload: not a
+        # torn append (that ends the file inside the entry, or leaves nothing on
+        # littlefs): damaged, counted like the others (issue 10 finding 7)
         _flip(root, 1, 2, size)
         ob = Outbox(root, **cfg)
-        assert _pending(ob) == [0, 3] and ob.dropped_total == 12
-        assert ob.append(b"new", 1) == 5   # the id of the torn write is given out again
+        assert _pending(ob) == [0, 3] and ob.dropped_total == 16
+        assert ob.damage == [("payload", 5, 6, 4)], ob.damage
+        assert ob.append(b"new", 1) == 6   # its id stays taken; the segment takes no more appends
+        assert len(_segment_files(root)) == 3
+        ob.close()
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [0, 3, 6] and ob.dropped_total == 16 and ob.damage == []
         ob.close()
 
 
@@ -606,3 +612,183 @@ def test_flash_writes_per_append_and_ack_littlefs():
     assert late <= early + 4096, (per,)
     # an ack is a small record, never a rewrite of the 1 KiB entry or the segment
     assert aprog[len(aprog) // 2] < 1028, acks
+
+
+# ---- flash rot: a device must always boot (issue 10 finding 7) ---------------------
+
+def test_damage_campaign_every_byte_always_opens_and_counts_every_loss():
+    """Flipped bits / byte patterns (a sample; with MQBATCH_OUTBOX_CAMPAIGN=full every
+    bit and two byte patterns at every byte) and truncation at every fifth (full:
+    every) length of each file of a 3-segment
+    outbox: it always opens, delivers only what was stored, counts every record it
+    cannot deliver (stored = delivered + counted dropped) and takes appends."""
+    from outbox_campaign import run
+    full = os.getenv("MQBATCH_OUTBOX_CAMPAIGN") == "full"
+    stats = run(full)
+    print("OUTBOX_CAMPAIGN", "full" if full else "bounded", json.dumps(stats))
+    assert stats["cases"] == stats["flips"] + stats["cuts"] + 1, stats
+    if full:   # 8 single bits + 2 byte patterns at every byte, a cut at every length
+        assert stats["flips"] == 10 * stats["bytes"] and stats["cuts"] == stats["bytes"], stats
+    assert stats["cases"] > 500, stats
+
+
+def test_lost_segment_and_acked_entries_in_a_lost_run():
+    """A whole middle segment file gone and an unreadable header next to acked
+    entries: the outbox opens; the records of the lost entries are counted from
+    the seq numbers of their readable neighbours; acked entries are never
+    counted nor sent again; a reboot counts nothing twice."""
+    with TmpDir("ob12") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=300, max_segments=5, max_entries=3)
+        ob = Outbox(root, **cfg)
+        seq = 0
+        for i in range(12):            # 4 segments of 3 entries, 2 records each
+            ob.append(payload(i, 50), 2, 4, seq, seq + 1)
+            seq += 2
+        assert ob.ack(9) == OK and ob.ack(10) == OK
+        ob.close()
+        names = _segment_files(root)
+        assert len(names) == 4, names
+        os.remove(root + "/" + names[1])                     # entries 3..5: 6 records
+        seg = root + "/" + names[2]                         # entries 6..8
+        with open(seg, "rb") as f:
+            img = bytearray(f.read())
+        img[SEG_HEADER_SIZE + 2] ^= 0xFF                    # entry 6's header: 3 bits, not correctable
+        with open(seg, "wb") as f:
+            f.write(img)
+        seg = root + "/" + names[3]                         # entries 9..11; 9 and 10 acked
+        with open(seg, "rb") as f:
+            img = bytearray(f.read())
+        img[SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 50 + 5] ^= 0x0F   # entry 10's header (acked)
+        with open(seg, "wb") as f:
+            f.write(img)
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [0, 1, 2, 7, 8, 11], _pending(ob)
+        assert ob.dropped_total == 8, (ob.dropped_total, ob.damage)  # 3..5 and 6: 4 entries x 2 records
+        assert ("unreadable", 3, 7, 8) in ob.damage, ob.damage
+        got = _contents(ob)
+        for e in (0, 1, 2, 7, 8, 11):
+            assert got[e][0] == payload(e, 50), e
+        assert ob.append(b"more", 1) == 12
+        ob.close()
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [0, 1, 2, 7, 8, 11, 12] and ob.dropped_total == 8 and ob.damage == []
+        ob.close()
+
+
+def test_one_flipped_header_bit_is_corrected_on_every_read():
+    """A single flipped bit in an entry header is corrected (CRC-32) at open and at
+    each read(): the entry is delivered, nothing counted; the flash keeps the bit."""
+    with TmpDir("ob13") as d:
+        root = d + "/ob"
+        ob = Outbox(root, segment_size=400, max_segments=3, max_entries=4)
+        for i in range(3):
+            ob.append(payload(i, 40), 5, 1, i * 5, i * 5 + 4)
+        seg = root + "/" + _segment_files(root)[0]
+        for at in (0, 5, 13, 20, 24, 30):              # length, id, first seq, records, payload CRC, header CRC
+            with open(seg, "rb") as f:
+                img = bytearray(f.read())
+            img[SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 40 + at] ^= 0x08   # entry 1
+            with open(seg, "wb") as f:
+                f.write(img)
+            buf = bytearray(100)
+            assert ob.read(1, buf) == 40 and bytes(buf[:40]) == payload(1, 40), at   # the open outbox
+            assert ob.entry_records == 5 and ob.entry_first_seq == 5
+            ob.close()
+            ob = Outbox(root, segment_size=400, max_segments=3, max_entries=4)
+            assert _contents(ob)[1][0] == payload(1, 40) and ob.dropped_total == 0 and ob.damage == [], at
+            img[SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 40 + at] ^= 0x08
+            with open(seg, "wb") as f:
+                f.write(img)
+        ob.close()
+
+
+def test_open_time_healthy_and_damaged_figures():
+    """Figures: how long Outbox() takes on 4 full 16 KiB segments (VfsPosix), healthy,
+    with one flipped bit in every entry header (corrected), and with the first
+    entry header of every segment unreadable (a byte-by-byte resynchronisation)."""
+    with TmpDir("ob14") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=16384, max_segments=5, max_entries=32)
+        ob = Outbox(root, **cfg)
+        for i in range(16):                       # 4 entries of 3,500 B per segment
+            ob.append(payload(i, 3500), 100, 1, i * 100, i * 100 + 99)
+        ob.close()
+        names = _segment_files(root)
+        images = []
+        for n in names:
+            with open(root + "/" + n, "rb") as f:
+                images.append(f.read())
+
+        def put(mutate):
+            for n, img in zip(names, images):
+                b = bytearray(img)
+                mutate(b)
+                with open(root + "/" + n, "wb") as f:
+                    f.write(b)
+            for n in os.listdir(root):
+                if n[0] != "s":
+                    os.remove(root + "/" + n)
+
+        def one_bit(b):
+            off = SEG_HEADER_SIZE
+            while off < len(b):
+                n = b[off] | b[off + 1] << 8
+                b[off + 13] ^= 0x04
+                off += ENTRY_HEADER_SIZE + n
+
+        def first_header(b):
+            b[SEG_HEADER_SIZE + 9] ^= 0xFF
+
+        res = {}
+        for name, mutate in (("healthy", lambda b: None), ("one_bit_every_header", one_bit),
+                             ("first_header_unreadable", first_header)):
+            put(mutate)
+            runs = []
+            for k in range(5):                    # the first open counts and acks; later ones only read
+                t0 = time.ticks_us()
+                ob = Outbox(root, **cfg)
+                runs.append(time.ticks_diff(time.ticks_us(), t0))
+                if k == 0:
+                    res[name + "_first_open_us"] = runs[0]
+                    res[name + "_pending"] = ob.depth
+                    res[name + "_dropped"] = ob.dropped_total
+                ob.close()
+            runs.sort()
+            res[name + "_reopen_us_median_min_max"] = (runs[2], runs[0], runs[-1])
+        print("OUTBOX_OPEN 4 x 16 KiB segments, 16 entries:", json.dumps(res))
+        assert res["healthy_pending"] == res["one_bit_every_header_pending"] == 16, res
+        assert res["one_bit_every_header_dropped"] == 0, res
+        assert res["first_header_unreadable_pending"] == 12, res
+        assert res["first_header_unreadable_dropped"] == 400, res   # 4 entries x 100 records (seq bound or header)
+
+
+def test_erased_bytes_inside_a_segment_and_an_unreadable_oldest_segment():
+    """Bytes read back as erased (0xFF) inside a segment are not a torn tail when
+    entries follow: the entry there is counted, the ones after are kept. An oldest
+    segment cut below its header is noted in ob.damage (its ids are unknown)."""
+    with TmpDir("ob15") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=400, max_segments=4, max_entries=3)
+        ob = Outbox(root, **cfg)
+        for i in range(9):
+            ob.append(payload(i, 60), 3, 2, i * 3, i * 3 + 2)
+        ob.close()
+        names = _segment_files(root)
+        with open(root + "/" + names[1], "rb") as f:      # entries 3..5
+            img = bytearray(f.read())
+        a = SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 60      # entry 4, header and payload
+        img[a:a + ENTRY_HEADER_SIZE + 60] = b"\xff" * (ENTRY_HEADER_SIZE + 60)
+        with open(root + "/" + names[1], "wb") as f:
+            f.write(img)
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [0, 1, 2, 3, 5, 6, 7, 8] and ob.dropped_total == 3, (_pending(ob), ob.damage)
+        assert ob.damage == [("unreadable", 4, 5, 3)], ob.damage
+        ob.close()
+        with open(root + "/" + names[0], "wb") as f:      # the oldest segment: 10 bytes left
+            f.write(b"MQBS\x01\x00\x00\x00\x00\x00")
+        ob = Outbox(root, **cfg)
+        assert _pending(ob) == [3, 5, 6, 7, 8] and ob.dropped_total == 3, _pending(ob)
+        assert ob.damage == [("segment", 0, -1, -1)], ob.damage
+        assert ob.append(b"x", 1) == 9
+        ob.close()
