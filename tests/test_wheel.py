@@ -132,7 +132,7 @@ def test_installed_deploy_to_a_virtual_board(venv):
         assert port in start.stdout
         cfg = json.loads((venv["purelib"] / "mqbatch/_device/boards/unix/config.template.json").read_text())
         cfg["device_id"] = "dev-wheel"
-        cfg["broker"].update(host="127.0.0.1", port=1, tls=False)     # nothing listens: the app retries
+        cfg["broker"].update(host="127.0.0.1", port=1, tls=False, ca=None)     # nothing listens: it retries
         (venv["cwd"] / "dev.json").write_text(json.dumps(cfg))
         d = run(venv, "deploy", "--port", port, "--board", "unix", "--config", "dev.json", timeout=180)
         assert d.returncode == 0, d.stdout + d.stderr
@@ -149,18 +149,18 @@ def test_installed_deploy_to_a_virtual_board(venv):
 
 
 @pytest.mark.broker
-@pytest.mark.spark
-def test_installed_ingest_then_spark(venv, mosquitto, pki):
+def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
     from paho.mqtt.properties import Properties
     from paho.mqtt.packettypes import PacketTypes
     from mqbatch import codec, records
 
-    assert run(venv, "ingest", "--help").returncode == 0
+    h = run(venv, "ingest", "--help")
+    assert h.returncode == 0 and "--landing" in h.stdout, h.stderr
     broker = mosquitto(tls=True, allow_anonymous=False, users={"recorder": "rpw", "dev-1": "dpw"},
                        acl="user recorder\ntopic read mqbatch/#\n\nuser dev-1\ntopic write mqbatch/dev-1/#\n")
-    landing, out, log = venv["cwd"] / "landing", venv["cwd"] / "out", venv["cwd"] / "ingest.log"
+    landing, log = venv["cwd"] / "landing", venv["cwd"] / "ingest.log"
     (venv["cwd"] / "rec.pw").write_text("rpw")
     with open(log, "wb") as f:
         rec = subprocess.Popen([str(venv["bin"] / "mqbatch"), "ingest", "--host", broker.host, "--port",
@@ -192,7 +192,20 @@ def test_installed_ingest_then_spark(venv, mosquitto, pki):
     finally:
         rec.send_signal(signal.SIGTERM)
         assert rec.wait(30) == 0, log.read_text()
-    assert list(landing.glob("landing-*.parquet"))
+    import pyarrow.parquet as pq
+    rows = [r for f in sorted(landing.glob("landing-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    assert [(r["topic"], r["payload"]) for r in rows] == [("mqbatch/dev-1/telemetry", payload)]
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not (CHECKOUT / "host" / "mqbatch" / "spark").is_dir(),
+                    reason="the Spark pipeline is not in the package yet (host/mqbatch/spark/, another branch): "
+                           "`mqbatch spark` from a wheel needs it")
+def test_installed_spark_runs_the_job(venv):
+    from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
+    landing, out = venv["cwd"] / "spark-landing", venv["cwd"] / "spark-out"
+    subs = [sample(1, seq)[0] for seq in range(3)]
+    write_landing(landing, "rec-1", 0, [landed("mqbatch/dev-1/telemetry", subs, T0_MS + 5000)])
     s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600)
     assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())

@@ -42,13 +42,13 @@ def _unavailable(name: str, error: Exception):
 
 def _register(sub, name: str) -> None:
     try:
-        module = importlib.import_module(f"mqbatch.commands.{name}")
-    except ImportError as e:
+        importlib.import_module(f"mqbatch.commands.{name}").register(sub)
+    except ImportError as e:        # at import, or in register() (options shared with a job file)
+        # drop what a register() that failed half-way added, then say why the command is unavailable
+        sub.choices.pop(name, None)
+        sub._choices_actions[:] = [a for a in sub._choices_actions if a.dest != name]
         p = sub.add_parser(name, help=f"(unavailable: {e})", add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_unavailable(name, e))
-        return
-    module.register(sub)
+        p.set_defaults(func=_unavailable(name, e), unavailable=True)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -70,7 +70,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "unavailable", False):     # an unavailable command takes any arguments
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 
 
