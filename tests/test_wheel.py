@@ -33,10 +33,16 @@ COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "run", "demo-out"
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> pathlib.Path:
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
+def source(tmp_path_factory) -> pathlib.Path:
+    src = tmp_path_factory.mktemp("source") / "mqbatch"
     shutil.copytree(CHECKOUT, src, ignore=COPY_IGNORE)
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory, source) -> pathlib.Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = source
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
                           capture_output=True, text=True, timeout=300)
@@ -85,6 +91,18 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_sdist_carries_device_code(source, tmp_path):
+    """`python -m build` goes sdist -> wheel: the sdist must hold what setup.py copies."""
+    proc = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
+                           % str(tmp_path)], cwd=source, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import tarfile
+    with tarfile.open(tmp_path / proc.stdout.strip().splitlines()[-1]) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    assert {"setup.py", "LICENSE", "firmware/main.py", "firmware/mqb_app.py", "boards/unix/mqb_board.py",
+            "boards/esp32/deploy.json", "boards/common/mqb_wifi.py"} <= names
 
 
 def test_installed_mqbatch_is_the_wheel_and_each_command_stands_alone(venv, tmp_path):
