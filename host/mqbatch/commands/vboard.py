@@ -46,7 +46,11 @@ def start(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     if args.foreground:
-        return serve(flash, heap)
+        try:
+            return serve(flash, heap)
+        except (OSError, ValueError, TimeoutError) as e:
+            print(f"vboard: {e}", file=sys.stderr)
+            return 1
     flash.mkdir(parents=True, exist_ok=True)
     (flash / "tty").unlink(missing_ok=True)        # a link left by a killed board is not a live port
     log = open(flash / "vboard.log", "ab")
