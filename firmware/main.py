@@ -15,32 +15,47 @@ import gc
 
 gc.threshold(4096)
 
-import json
 
-with open("config.json") as f:
-    cfg = json.load(f)
-# 4096: mqb_app.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
-size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
-use_tls = cfg.get("broker", {}).get("tls", True)
-del cfg, f
-buffers = (bytearray(size), bytearray(size))
-ctx = None
-if use_tls:
-    try:
-        import tls     # MicroPython's TLS module, as mqb_transport uses it
-        ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
-    except ImportError:
-        ctx = None     # a port without TLS: mqb_transport.Transport says so, with the way out
-
-import mqb_app
-
-try:
-    mqb_app.main(buffers=buffers, ssl_context=ctx)
-except Exception as e:       # anything the application could not handle: log it and reboot
+def _restart(e):
+    # Anything the application could not handle, while importing (a MemoryError in a
+    # heap too small for the modules, a missing or stale module) or while running:
+    # log it and reboot the board, never stop at a dead REPL.
     import sys
     import time
-    import mqb_board
+    gc.collect()
     sys.print_exception(e)
     print("mqb: fatal error, restarting the board in 5 s:", repr(e))
     time.sleep(5)            # no reboot loop at full speed
+    try:
+        import mqb_board
+    except (ImportError, MemoryError) as e2:     # the board module itself cannot load
+        print("mqb: mqb_board unavailable (%r): machine.reset()" % e2)
+        import machine
+        machine.reset()
     mqb_board.reset(1)
+
+
+buffers = ctx = None
+try:
+    import json
+
+    with open("config.json") as f:
+        cfg = json.load(f)
+    # 4096: mqb_app.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
+    size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
+    use_tls = cfg.get("broker", {}).get("tls", True)
+    del cfg, f
+    buffers = (bytearray(size), bytearray(size))
+    if use_tls:
+        try:
+            import tls     # MicroPython's TLS module, as mqb_transport uses it
+            ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+        except ImportError:
+            ctx = None     # a port without TLS: mqb_transport.Transport says so, with the way out
+
+    import mqb_app
+
+    mqb_app.main(buffers=buffers, ssl_context=ctx)
+except Exception as e:
+    buffers = ctx = None     # give the heap back before logging
+    _restart(e)

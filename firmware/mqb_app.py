@@ -122,14 +122,41 @@ def load_config(path="config.json"):
     return make_config(user)
 
 
+def _check_types(user, ref, path):
+    # Every value given must have the type of its default (a number where the default
+    # is one); the host runs this before a deploy (mqbatch.deploy.check_config).
+    for k in user:
+        v = user[k]
+        d = ref.get(k)
+        if d is None:
+            # no default to compare with: the broker's optional names and port
+            d = "" if k in ("ca", "server_hostname", "client_cert", "client_key", "username",
+                            "password") else 0 if k in ("port", "run_for_s") else None
+            if d is None or v is None:
+                continue
+        if isinstance(d, dict):
+            if not isinstance(v, dict):
+                raise ConfigError("%s%s must be an object, got %r" % (path, k, v))
+            _check_types(v, d, path + k + ".")
+        elif isinstance(d, (bool, str)):
+            if type(v) is not type(d):
+                raise ConfigError("%s%s must be a %s, got %r" % (path, k, "boolean" if d is True or d is False
+                                                                 else "string", v))
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError("%s%s must be a number, got %r" % (path, k, v))
+
+
 def make_config(user):
+    if not isinstance(user, dict):
+        raise ConfigError("the config must be a JSON object")
+    _check_types(user, defaults(), "")
     cfg = _merge(defaults(), user)
     for key in ("device_id",):
-        if not cfg.get(key):
-            raise ConfigError("config lacks %r" % key)
+        if not cfg.get(key) or not isinstance(cfg[key], str):
+            raise ConfigError("config lacks %r (a string)" % key)
     b = cfg["broker"]
-    if not b.get("host"):
-        raise ConfigError("config lacks broker.host")
+    if not b.get("host") or not isinstance(b["host"], str):
+        raise ConfigError("config lacks broker.host (a string: the broker's host name or address)")
     if b["tls"] and not b["ca"]:
         raise ConfigError("broker.tls is on but broker.ca (the CA certificate file) is not set; "
                           "plain TCP must be chosen explicitly with broker.tls = false")

@@ -11,7 +11,7 @@ import subprocess
 from mqbatch import codec, records
 from mqbatch.vboard import VirtualBoard
 from mqbatch_testing import VENV_BIN
-from mqbatch.paths import BOARDS
+from mqbatch.paths import BOARDS, FIRMWARE
 
 
 def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, tmp_path):
@@ -28,7 +28,7 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
     (cfg_dir / "ca.pem").write_bytes(pki.ca_cert.read_bytes())
     (cfg_dir / "config.json").write_text(json.dumps(cfg))
     flash = tmp_path / "board"
-    with VirtualBoard(flash, heapsize=None) as vb:
+    with VirtualBoard(flash) as vb:          # the default heap: the deployed firmware runs in it over TLS
         proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "unix",
                                "--config", str(cfg_dir / "config.json"), "--build-dir", str(tmp_path / "build")],
                               capture_output=True, text=True, timeout=180)
@@ -56,7 +56,7 @@ def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"device_id": "d", "broker": {"host": "h"}, "topic": "t"}))
+    cfg.write_text(json.dumps({"device_id": "d", "broker": {"host": "h", "tls": False}, "topic": "t"}))
     proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
                            "--config", str(cfg), "--build-dir", str(mine)], capture_output=True, text=True,
                           timeout=60)
@@ -66,7 +66,7 @@ def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
 
 def test_deploy_reports_bad_config_and_port(tmp_path):
     bad = tmp_path / "config.json"
-    bad.write_text(json.dumps({"device_id": "d", "broker": {"ca": "missing.pem"}, "topic": "t"}))
+    bad.write_text(json.dumps({"device_id": "d", "broker": {"host": "h", "ca": "missing.pem"}, "topic": "t"}))
     proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
                            "--config", str(bad), "--build-dir", str(tmp_path / "b")], capture_output=True, text=True,
                           timeout=60)
@@ -75,7 +75,7 @@ def test_deploy_reports_bad_config_and_port(tmp_path):
     proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
                            "--config", str(bad), "--build-dir", str(tmp_path / "b")], capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 1 and "mpremote failed" in proc.stderr
+    assert proc.returncode == 1 and "no serial port" in proc.stderr
 
 
 def test_every_board_compiles_with_mpy_cross(tmp_path):
@@ -88,3 +88,80 @@ def test_every_board_compiles_with_mpy_cross(tmp_path):
         if board != "unix":
             assert "mqb_wifi.mpy" in files
         assert all(p.stat().st_size > 0 for p in files.values())
+
+
+def deploy_cmd(tmp_path, config: dict, port: str | None = None, *extra: str) -> subprocess.CompletedProcess:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", port or str(tmp_path / "nope"),
+                           "--board", "unix", "--config", str(tmp_path / "config.json"),
+                           "--build-dir", str(tmp_path / "build"), *extra], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
+    """The firmware's own rules (mqb_app.make_config, run in the Unix port) decide, before
+    anything is built or copied; the message names the key and the type it must have."""
+    base = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    no_host = json.loads(json.dumps(base))
+    del no_host["broker"]["host"]
+    proc = deploy_cmd(tmp_path, no_host)
+    assert proc.returncode == 1
+    assert "config lacks broker.host (a string" in proc.stderr and "mqb_app.make_config" in proc.stderr
+    assert not (tmp_path / "build").exists()
+    for key, value, message in [("sample_hz", "ten", "sample_hz must be a number, got 'ten'"),
+                                ("flush", {"max_bytes": "2k"}, "flush.max_bytes must be a number, got '2k'"),
+                                ("require_subscribers", "yes", "require_subscribers must be a boolean"),
+                                ("topic", 7, "topic must be a string, got 7")]:
+        cfg = dict(base, **{key: value})
+        proc = deploy_cmd(tmp_path, cfg)
+        assert proc.returncode == 1 and message in proc.stderr, (key, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+    port = json.loads(json.dumps(base))
+    port["broker"]["port"] = "8883"
+    proc = deploy_cmd(tmp_path, port)
+    assert proc.returncode == 1 and "broker.port must be a number, got '8883'" in proc.stderr
+
+
+def test_every_board_template_passes_the_firmware_config_check():
+    from mqbatch.deploy import BOARD_NAMES, check_config
+    for board in BOARD_NAMES:
+        assert check_config(BOARDS / board / "config.template.json", board)["broker"]["host"]
+
+
+def test_wrong_port_is_one_clear_line(tmp_path):
+    base = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    base["broker"].update(tls=False, ca=None)
+    proc = deploy_cmd(tmp_path, base, str(tmp_path / "ttyUSB9"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "no serial port" in proc.stderr and "ttyUSB9" in proc.stderr and "import" not in proc.stderr
+    not_a_tty = tmp_path / "plainfile"
+    not_a_tty.write_text("")
+    proc = deploy_cmd(tmp_path, base, str(not_a_tty))
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "removing stale module files" in proc.stderr and "mpremote failed" in proc.stderr
+    assert "os.remove" not in proc.stderr
+
+
+def test_config_only_deploy_removes_module_files_that_would_shadow_frozen_ones(tmp_path):
+    """--config-only (a frozen image or mip in /lib): main.py, config.json and the cert
+    files are copied and verified; every firmware/board module file in the flash root
+    (stale .mpy or .py from an earlier full deploy) is removed, nothing else."""
+    cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    cfg["broker"].update(tls=False, ca=None, port=1)
+    flash = tmp_path / "board"
+    with VirtualBoard(flash) as vb:
+        full = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
+        assert full.returncode == 0, full.stderr
+        assert (flash / "mqb_app.mpy").exists() and (flash / "mqb_board.mpy").exists()
+        (flash / "mqb_codec.py").write_text("# stale source\n")
+        (flash / "notes.txt").write_text("mine")
+        cfg["sample_hz"] = 5
+        only = deploy_cmd(tmp_path, cfg, str(vb.tty), "--config-only", "--no-reset")
+        assert only.returncode == 0, only.stderr
+        assert "verified 2 files" in only.stdout
+    left = sorted(p.name for p in flash.iterdir())
+    assert not [n for n in left if n.startswith("mqb_")], left
+    assert json.loads((flash / "config.json").read_text())["sample_hz"] == 5
+    assert (flash / "main.py").read_bytes() == (FIRMWARE / "main.py").read_bytes()
+    assert (flash / "notes.txt").read_text() == "mine"

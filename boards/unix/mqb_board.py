@@ -64,5 +64,9 @@ def flash_dir():
 def reset(code=0):
     # The Unix port cannot reset itself: exit (with `code`: 1 after a crash), and the
     # virtual-board supervisor (mqbatch.vboard) starts the interpreter again, as a
-    # power cycle would.
+    # power cycle would. On a virtual board (MQB_VBOARD set) the interpreter runs
+    # `micropython -i main.py`, where SystemExit from main.py only drops to the REPL:
+    # there the process ends itself (SIGTERM from a shell it starts).
+    if os.getenv("MQB_VBOARD"):
+        os.system("kill -TERM $PPID")
     sys.exit(code)

@@ -1,4 +1,13 @@
-"""Where the repository's device code and tools are, seen from the host package."""
+"""Where the device code and tools are, seen from the host package.
+
+Two layouts, one answer:
+- installed wheel: firmware/ and boards/ are package data in mqbatch/_device/
+  (copied there by setup.py when the wheel is built);
+- checkout (editable install, `make test`): the repository's own firmware/ and boards/.
+ROOT is where commands put what they build or run by default (build/, run/):
+the checkout, or the current directory for an installed wheel. CHECKOUT is the
+checkout, None in an installed wheel.
+"""
 from __future__ import annotations
 
 import os
@@ -6,9 +15,24 @@ import pathlib
 import shutil
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-FIRMWARE = ROOT / "firmware"
-BOARDS = ROOT / "boards"
+PACKAGE = pathlib.Path(__file__).resolve().parent
+_DEVICE = PACKAGE / "_device"
+
+
+def _checkout() -> pathlib.Path | None:
+    root = PACKAGE.parents[1]          # host/mqbatch -> repository root
+    return root if (root / "firmware" / "mqb_app.py").is_file() and (root / "pyproject.toml").is_file() else None
+
+
+CHECKOUT = None if (_DEVICE / "firmware").is_dir() else _checkout()
+if CHECKOUT is not None:
+    FIRMWARE, BOARDS = CHECKOUT / "firmware", CHECKOUT / "boards"
+elif (_DEVICE / "firmware").is_dir():
+    FIRMWARE, BOARDS = _DEVICE / "firmware", _DEVICE / "boards"
+else:
+    raise ImportError(f"mqbatch: device code not found: neither {_DEVICE}/firmware (installed wheel) "
+                      f"nor a checkout around {PACKAGE} (reinstall mqbatch)")
+ROOT = CHECKOUT if CHECKOUT is not None else pathlib.Path.cwd()
 
 
 def venv_tool(name: str) -> pathlib.Path:

@@ -1,0 +1,30 @@
+"""Build step of the wheel (everything else is in pyproject.toml).
+
+The device code stays where it lives in the repository (firmware/, boards/);
+this copies it into the wheel as package data under mqbatch/_device/, where
+mqbatch.paths finds it in an installed package. An editable install (make test)
+needs no copy: mqbatch.paths then finds the checkout's own folders.
+"""
+import pathlib
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = pathlib.Path(__file__).resolve().parent
+DEVICE_TREES = ("firmware", "boards")
+
+
+class BuildPyWithDevice(build_py):
+    def run(self):
+        super().run()
+        if self.editable_mode:
+            return
+        for name in DEVICE_TREES:
+            dst = pathlib.Path(self.build_lib) / "mqbatch" / "_device" / name
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(HERE / name, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.mpy"))
+
+
+setup(cmdclass={"build_py": BuildPyWithDevice})
