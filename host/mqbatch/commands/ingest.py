@@ -9,7 +9,8 @@ import sys
 import threading
 
 from mqbatch.ingest import Recorder, RecorderConfig, RecorderError
-from mqbatch.commands.decode import _positive
+from mqbatch.commands.argtypes import positive_int
+from mqbatch.procs import on_stop_signals
 
 
 def _config(args: argparse.Namespace) -> RecorderConfig:
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ingest: {signal.Signals(signum).name}: closing the open landing file", file=sys.stderr, flush=True)
         stop.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    on_stop_signals(on_signal)          # SIGINT, SIGTERM, SIGHUP
     try:
         return recorder.run(stop)
     except RecorderError as e:
@@ -65,10 +65,10 @@ def register(sub) -> None:
     p.add_argument("--username")
     p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
     p.add_argument("--password-file")
-    p.add_argument("--session-expiry", type=_positive, default=3600,
+    p.add_argument("--session-expiry", type=positive_int, default=3600,
                    help="seconds the broker keeps the session and queued messages while the recorder is down")
-    p.add_argument("--receive-maximum", type=_positive, default=100, help="PUBLISHes in flight towards the recorder")
-    p.add_argument("--roll-bytes", type=_positive, default=64 << 20, help="roll the landing file at this size")
+    p.add_argument("--receive-maximum", type=positive_int, default=100, help="PUBLISHes in flight towards the recorder")
+    p.add_argument("--roll-bytes", type=positive_int, default=64 << 20, help="roll the landing file at this size")
     p.add_argument("--roll-seconds", type=float, default=60.0, help="roll the landing file at this age")
     p.add_argument("--progress-seconds", type=float, default=5.0, help="progress line interval")
     p.set_defaults(func=run)

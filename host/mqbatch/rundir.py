@@ -1,0 +1,39 @@
+"""Run and build directories mqbatch may wipe: only ones it made itself.
+
+    fresh_dir(path, "mqbatch demo")   # empty path for a new run, or DirNotOurs
+
+A directory is wiped only when it is empty or holds the marker file that
+fresh_dir() writes into every directory it makes; a user's folder (anything
+else) is refused with an error that names it. One helper for every command
+that removes a folder (demo; deploy can switch to it)."""
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+MARKER = ".mqbatch-run"
+
+
+class DirNotOurs(RuntimeError):
+    """The directory holds files mqbatch did not create: it is not wiped."""
+
+
+def is_ours(path: pathlib.Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def fresh_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> pathlib.Path:
+    """Make `path` an empty directory marked as made by `owner` (e.g. "mqbatch demo").
+    An existing directory is wiped only if it is empty or marked; otherwise DirNotOurs
+    (the message names the folder and the `flag` to choose another)."""
+    path = pathlib.Path(path)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            raise DirNotOurs(f"{path} exists and is not a directory; choose another {flag}")
+        if any(path.iterdir()) and not is_ours(path):
+            raise DirNotOurs(f"{path} is not empty and was not made by mqbatch (no {MARKER} file): "
+                             f"nothing was deleted; choose another {flag} or empty it yourself")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    (path / MARKER).write_text(f"made by {owner}; wiped at its next run\n")
+    return path
