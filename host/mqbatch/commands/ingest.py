@@ -9,7 +9,7 @@ import sys
 import threading
 
 from mqbatch.ingest import Recorder, RecorderConfig, RecorderError
-from mqbatch.commands.argtypes import positive_int
+from mqbatch.commands.argtypes import non_negative_float, positive_int
 from mqbatch.procs import on_stop_signals
 
 
@@ -25,7 +25,7 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
         topic_filter=args.filter, cafile=args.cafile, certfile=args.cert, keyfile=args.key,
         username=args.username, password=password, session_expiry=args.session_expiry,
         receive_maximum=args.receive_maximum, roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-        progress_seconds=args.progress_seconds)
+        progress_seconds=args.progress_seconds, silence_warn_s=args.silence_warn_s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,4 +71,7 @@ def register(sub) -> None:
     p.add_argument("--roll-bytes", type=positive_int, default=64 << 20, help="roll the landing file at this size")
     p.add_argument("--roll-seconds", type=float, default=60.0, help="roll the landing file at this age")
     p.add_argument("--progress-seconds", type=float, default=5.0, help="progress line interval")
+    p.add_argument("--silence-warn-s", type=non_negative_float, default=60.0,
+                   help="warn loudly when no PUBLISH arrived for this long (default 60; 0: never): the broker "
+                        "grants a subscription to topics the account may not read and then delivers nothing")
     p.set_defaults(func=run)
