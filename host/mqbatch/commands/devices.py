@@ -61,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
     run_dir = pathlib.Path(args.dir)
-    config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
     stack = None
     try:
         if args.broker:
@@ -79,6 +78,7 @@ def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
 
 
 def _run_fleet(args, ids, run_dir, host, port, creds, ca) -> int:
+    config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
     try:
         with Fleet(run_dir / "devices", host, int(port), credentials=creds, ca=ca, tls=not args.plain,
                    heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config) as fleet:
