@@ -64,7 +64,7 @@ def test_a_file_given_as_run_dir_is_refused(tmp_path):
     f.write_text("keep")
     proc = mqbatch("demo", "--run-dir", f)
     assert proc.returncode == 1 and f.read_text() == "keep"
-    assert "exists and is not a directory" in proc.stderr
+    assert "exists and is not a plain directory" in proc.stderr
 
 
 def test_devices_with_broker_needs_credentials_and_ca_named_as_flags(tmp_path):

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 
 MARKER = ".mqbatch-run"
+LEGACY_MARKERS = (".mqbatch-build",)     # what `mqbatch deploy` wrote into its build directories
 
 
 class DirNotOurs(RuntimeError):
@@ -19,7 +20,7 @@ class DirNotOurs(RuntimeError):
 
 
 def is_ours(path: pathlib.Path) -> bool:
-    return (path / MARKER).is_file()
+    return any((path / m).is_file() for m in (MARKER, *LEGACY_MARKERS))
 
 
 def fresh_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> pathlib.Path:
@@ -29,7 +30,8 @@ def fresh_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> pathli
     path = pathlib.Path(path)
     if path.exists() or path.is_symlink():
         if not path.is_dir() or path.is_symlink():
-            raise DirNotOurs(f"{path} exists and is not a directory; choose another {flag}")
+            raise DirNotOurs(f"{path} exists and is not a plain directory (a file or a symlink): nothing was deleted; "
+                             f"choose another {flag}")
         if any(path.iterdir()) and not is_ours(path):
             raise DirNotOurs(f"{path} is not empty and was not made by mqbatch (no {MARKER} file): "
                              f"nothing was deleted; choose another {flag} or empty it yourself")
