@@ -46,3 +46,17 @@ def test_deploys_old_build_directories_count_as_ours(tmp_path):
     (d / "main.mpy").write_bytes(b"M")
     fresh_dir(d, "mqbatch deploy", flag="--build-dir")
     assert not (d / "main.mpy").exists()
+
+
+def test_a_run_of_a_version_before_the_marker_is_recognised_by_its_entries(tmp_path):
+    old = tmp_path / "demo"
+    (old / "landing").mkdir(parents=True)
+    (old / "report.html").write_text("old report")
+    known = frozenset({"landing", "report.html", "spark-out"})
+    fresh_dir(old, "mqbatch demo", known=known)
+    assert sorted(p.name for p in old.iterdir()) == [MARKER]
+    (old / MARKER).unlink()
+    (old / "notes.txt").write_text("mine")                 # one foreign entry: not ours
+    with pytest.raises(DirNotOurs):
+        fresh_dir(old, "mqbatch demo", known=known)
+    assert (old / "notes.txt").exists()

@@ -39,6 +39,11 @@ from mqbatch.rundir import fresh_dir
 from mqbatch.stack import LocalStack
 
 
+# what a demo writes into its run directory (one made before the rundir marker is recognised by these)
+RUN_DIR_ENTRIES = frozenset({"stack", "relay", "landing", "devices", "recorder.pw", "recorder.log", "spark-out",
+                             "spark-local", "spark.log", "mqbatch.zip", "baseline", "report.html"})
+
+
 class DemoError(RuntimeError):
     pass
 
@@ -104,7 +109,7 @@ class Demo:
     def run(self) -> int:
         o = self.o
         o.check()
-        fresh_dir(o.run_dir, "mqbatch demo")
+        fresh_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES)
         ids = device_ids(o.devices)
         try:
             self.say(f"1/7 broker: CA, passwords and ACLs for {len(ids)} devices; Mosquitto with TLS")

@@ -23,16 +23,18 @@ def is_ours(path: pathlib.Path) -> bool:
     return any((path / m).is_file() for m in (MARKER, *LEGACY_MARKERS))
 
 
-def fresh_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> pathlib.Path:
+def fresh_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir", known: frozenset[str] = frozenset()) -> pathlib.Path:
     """Make `path` an empty directory marked as made by `owner` (e.g. "mqbatch demo").
-    An existing directory is wiped only if it is empty or marked; otherwise DirNotOurs
-    (the message names the folder and the `flag` to choose another)."""
+    An existing directory is wiped only if it is empty, marked, or holds nothing but
+    entries named in `known` (what `owner` writes: a run of a version before the
+    marker); otherwise DirNotOurs (the message names the folder and the `flag`)."""
     path = pathlib.Path(path)
     if path.exists() or path.is_symlink():
         if not path.is_dir() or path.is_symlink():
             raise DirNotOurs(f"{path} exists and is not a plain directory (a file or a symlink): nothing was deleted; "
                              f"choose another {flag}")
-        if any(path.iterdir()) and not is_ours(path):
+        names = {p.name for p in path.iterdir()}
+        if names and not is_ours(path) and not (known and names <= known):
             raise DirNotOurs(f"{path} is not empty and was not made by mqbatch (no {MARKER} file): "
                              f"nothing was deleted; choose another {flag} or empty it yourself")
         shutil.rmtree(path)
