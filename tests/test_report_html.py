@@ -40,7 +40,7 @@ def synthetic_records() -> pa.Table:
                           "scaled": float(sum(t >= b for _, b, _ in FAULTS))}] if health else
                         [{"channel": 1, "name": "temperature", "value": 2100 + 30 * d_i + i % 7, "scaled": 21 + 0.3 * d_i + (i % 7) / 100},
                          {"channel": 2, "name": "humidity", "value": 4500 + 100 * d_i, "scaled": 45.0 + d_i},
-                         {"channel": 3, "name": "supply_voltage", "value": 3300 - i, "scaled": 3.3 - i / 1000}])
+                         {"channel": 3, "name": "supply_voltage", "value": 3300 - i % 3, "scaled": 3.3 - (i % 3) / 1000}])
             for k, v in (("device", dev), ("boot", 1), ("seq", seq), ("kind", "health" if health else "sample"),
                          ("device_time", datetime.datetime.fromtimestamp(START + t, datetime.timezone.utc)),
                          ("received_at", datetime.datetime.fromtimestamp(START + arrive, datetime.timezone.utc)),
@@ -58,7 +58,7 @@ def run_info() -> htmlreport.RunInfo:
         params={"devices": len(DEVICES), "sampling": "60 s at 2 Hz per device",
                 "faults": "broker outage 15-23 s, network cut 36-42 s", "device heap": "64K"},
         start_wall=START, faults=FAULTS, events=[(15.0, "fault: broker outage"), (23.0, "fault over")],
-        headers=headers, rows=rows, wire_bars=[("mqbatch, batched", 21.4), ("umqtt.simple, 1 record per PUBLISH", 96.2)],
+        headers=headers, rows=rows, wire_bars=[("mqbatch, batched", 21.4), ("umqtt.simple 1.3.4, 1 record per PUBLISH", 203.0)],
         links={"report.json": "spark-out/report.json", "records/": "spark-out/records",
                "quarantine/": "spark-out/quarantine"})
 
@@ -95,6 +95,15 @@ def test_report_content_from_a_synthetic_run():
                  "Nothing was quarantined", "<details>", 'href="spark-out/records"', 'href="spark-out/quarantine"',
                  "seconds since the run started", "greenhouse-north-0042", "versions", "generated"):
         assert text in html, text
+
+
+@pytest.mark.parametrize("lo, hi", [(3.297, 3.3), (0, 30), (20, 22.5), (0, 0.25), (-60, -45), (0, 25000)])
+def test_tick_labels_are_distinct_and_short(lo, hi):
+    from mqbatch.svgchart import fmt, ticks
+    t = ticks(lo, hi, 4)
+    labels = [fmt(v, t[1] - t[0]) for v in t]
+    assert len(set(labels)) == len(labels) >= 3, labels
+    assert max(map(len, labels)) <= 6, labels
 
 
 CHECK_JS = """<script>

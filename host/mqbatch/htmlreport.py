@@ -177,8 +177,9 @@ def render(run: RunInfo, rep: dict, records) -> str:
          + svgchart.time_panels("records landed per second, per device", s["rate"], span, faults, "records/s")),
         ("Latency", _explain(
             "Latency = time the recorder received a record minus the time the device sampled it. Most records "
-            "wait only for their batch to fill (p50); p99 is the backlog sent after the outage and the cut, "
-            "which waited on flash for the fault to end.")
+            "wait only for their batch to fill (p50); " + (
+                "p99 is the backlog sent after the injected faults, which waited on flash for the fault to end."
+                if faults else "no fault was injected, so p99 shows the slowest ordinary deliveries."))
          + svgchart.log_histogram("latency of every curated record", lat, "latency (log scale)",
                                   [("p50", p50), ("p95", p95), ("p99", p99)])),
         ("Sensor readings", _explain("The telemetry itself: each sensor channel over time (device clock), "

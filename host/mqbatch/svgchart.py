@@ -46,13 +46,18 @@ def ticks(lo: float, hi: float, target: int = 5) -> list[float]:
     return [round(first + i * step, 10) for i in range(max(n, 0))]
 
 
-def fmt(v: float) -> str:
-    """Short tick label: 12, 2.5, 0.25, 12k, 1.5M."""
+def fmt(v: float, step: float | None = None) -> str:
+    """Short tick label: 12, 2.5, 0.25, 12k, 1.5M; with `step`, just enough decimals
+    that neighbouring ticks differ (3.295, 3.3, 3.305)."""
     a = abs(v)
     if a >= 1e6:
         return f"{v / 1e6:g}M"
     if a >= 1e4:
         return f"{v / 1e3:g}k"
+    if step:
+        e = math.floor(math.log10(step) + 1e-9)
+        decimals = max(0, -e + (0 if round(step / 10 ** e, 6) in (1, 2, 5) else 1))     # 2.5 needs one more
+        return f"{v:.{decimals}f}"
     return f"{v:.4g}"
 
 
@@ -118,10 +123,12 @@ class _TimeAxis:
 def _y_axis(lo: float, hi: float, top: float, bottom: float, n: int = 4) -> tuple[list[str], callable]:
     sy = lambda v: bottom - (bottom - top) * (v - lo) / (hi - lo)
     out = []
-    for v in ticks(lo, hi, n):
+    vs = ticks(lo, hi, n)
+    step = vs[1] - vs[0] if len(vs) > 1 else None
+    for v in vs:
         y = sy(v)
         out.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#e3e3e3"/>')
-        out.append(f'<text x="{LEFT - 5}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{fmt(v)}</text>')
+        out.append(f'<text x="{LEFT - 5}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{fmt(v, step)}</text>')
     out.append(f'<line x1="{LEFT}" y1="{top:.1f}" x2="{LEFT}" y2="{bottom:.1f}" stroke="#555"/>')
     out.append(f'<line x1="{LEFT}" y1="{bottom:.1f}" x2="{W - RIGHT}" y2="{bottom:.1f}" stroke="#555"/>')
     return out, sy
@@ -235,7 +242,7 @@ def hbars(title: str, bars: list[tuple[str, float]], xlabel: str, value_fmt: str
     row = 28
     top = 34
     height = top + max(len(bars), 1) * row + 44
-    label_w = 230
+    label_w = min(max([len(name) for name, _ in bars] or [4]) * 7 + 12, W // 2)   # ~7 px per character at 12 px
     plot_l, plot_r = label_w + 10, W - RIGHT - 60
     vmax = max([v for _, v in bars] or [1.0]) or 1.0
     hi = ticks(0, vmax, 4)[-1]
