@@ -32,6 +32,9 @@ def mqbatch(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
     (["devices", "--broker", "127.0.0.1:99999"], "--broker", "expected HOST:PORT with a port 1..65535"),
     (["decode", "--max-batch-size", "abc"], "--max-batch-size", "expected a whole number >= 1, got 'abc'"),
     (["ingest", "--landing", "x", "--receive-maximum", "0"], "--receive-maximum", "must be a whole number >= 1"),
+    (["ingest", "--landing", "x", "--port", "88830"], "--port", "expected a TCP port 1..65535, got 88830"),
+    (["ingest", "--landing", "x", "--progress-seconds", "0"], "--progress-seconds", "must be > 0"),
+    (["ingest", "--landing", "x", "--roll-seconds", "-1"], "--roll-seconds", "must be > 0"),
 ])
 def test_nonsense_arguments_are_refused_with_a_sentence(args, flag, why):
     proc = mqbatch(*args)

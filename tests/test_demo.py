@@ -3,7 +3,6 @@ virtual devices running the firmware, a broker outage and a network cut, the rec
 the Spark job, the summary and the HTML report. The demo exits non-zero if any
 record a device stored on flash is missing from the curated table."""
 import subprocess
-import threading
 import time
 
 import pytest

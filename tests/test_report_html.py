@@ -5,7 +5,6 @@ axis labels. PNG screenshots of both widths are kept in run/report-check/."""
 import datetime
 import json
 import re
-import pathlib
 import shutil
 import subprocess
 import tempfile

@@ -18,7 +18,6 @@ import html
 import json
 import math
 import os
-import pathlib
 import platform
 
 from mqbatch import svgchart

@@ -43,6 +43,14 @@ def non_negative_float(text: str) -> float:
     return v
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 1..65535."""
+    n = _number(text, int, "a TCP port 1..65535")
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 1..65535, got {n}")
+    return n
+
+
 def host_port(text: str) -> tuple[str, int]:
     """HOST:PORT (IPv6 as [::1]:PORT) -> (host, port)."""
     host, sep, port = text.rpartition(":")
