@@ -20,18 +20,18 @@ def mqbatch(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, flag, why", [
-    (["demo", "--devices", "0"], "--devices", "must be a whole number >= 1, got 0"),
+    (["demo", "--devices", "0"], "--devices", "must be >= 1 (a whole number), got 0"),
     (["demo", "--devices", "two"], "--devices", "expected a whole number >= 1, got 'two'"),
     (["demo", "--sample-hz", "0"], "--sample-hz", "must be > 0, got 0"),
     (["demo", "--duration", "-5"], "--duration", "must be > 0, got -5"),
     (["demo", "--outage-s", "-1"], "--outage-s", "must be >= 0"),
     (["demo", "--duration", "nan"], "--duration", "expected a number > 0, got 'nan'"),
-    (["devices", "--count", "0"], "--count", "must be a whole number >= 1, got 0"),
+    (["devices", "--count", "0"], "--count", "must be >= 1 (a whole number), got 0"),
     (["devices", "--sample-hz", "0"], "--sample-hz", "must be > 0"),
     (["devices", "--broker", "localhost"], "--broker", "expected HOST:PORT"),
     (["devices", "--broker", "127.0.0.1:99999"], "--broker", "expected HOST:PORT with a port 1..65535"),
     (["decode", "--max-batch-size", "abc"], "--max-batch-size", "expected a whole number >= 1, got 'abc'"),
-    (["ingest", "--landing", "x", "--receive-maximum", "0"], "--receive-maximum", "must be a whole number >= 1"),
+    (["ingest", "--landing", "x", "--receive-maximum", "0"], "--receive-maximum", "must be >= 1 (a whole number)"),
     (["ingest", "--landing", "x", "--port", "88830"], "--port", "expected a TCP port 1..65535, got 88830"),
     (["ingest", "--landing", "x", "--progress-seconds", "0"], "--progress-seconds", "must be > 0"),
     (["ingest", "--landing", "x", "--roll-seconds", "-1"], "--roll-seconds", "must be > 0"),

@@ -23,7 +23,7 @@ def positive_int(text: str) -> int:
     """A whole number >= 1 (counts, sizes)."""
     n = _number(text, int, "a whole number >= 1")
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {n}")
+        raise argparse.ArgumentTypeError(f"must be >= 1 (a whole number), got {n}")
     return n
 
 
