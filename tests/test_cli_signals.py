@@ -54,7 +54,6 @@ def assert_all_stopped(proc, seen, sig, run_dir, what: str) -> str:
     return rest
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_demo_stops_everything_it_started_while_devices_run(tmp_path, sig):
     run_dir = tmp_path / "demo"

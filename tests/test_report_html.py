@@ -92,7 +92,7 @@ def test_report_content_from_a_synthetic_run():
     assert html.count('class="fault"') >= 2 * 7              # both faults shaded on every time chart
     for text in ("p50", "p95", "p99", "supply voltage (V)", "free heap (bytes)", "outbox depth (batches)",
                  "Nothing was quarantined", "<details>", 'href="spark-out/records"', 'href="spark-out/quarantine"',
-                 "seconds since the run started", "greenhouse-north-0042", "versions", "generated"):
+                 "seconds since the run started", "greenhouse-north-0042", "versions", "generated", "Mosquitto 2."):
         assert text in html, text
 
 

@@ -116,7 +116,19 @@ def _versions() -> str:
             parts.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             continue
-    return ", ".join(parts)
+    parts.append(_mosquitto_version())
+    return ", ".join(p for p in parts if p)
+
+
+def _mosquitto_version() -> str | None:
+    """"Mosquitto 2.0.11" from the first line of `mosquitto -h`; None if it cannot be run."""
+    import subprocess
+    from mqbatch.broker import MOSQUITTO
+    try:
+        first = subprocess.run([str(MOSQUITTO), "-h"], capture_output=True, text=True, timeout=5).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return "Mosquitto " + first.rsplit(" ", 1)[-1] if first.startswith("mosquitto version") else None
 
 
 # soft hyphens where long header words may break (Chromium has no hyphenation dictionary offline)
