@@ -4,8 +4,9 @@
 demo: setup
 	.venv/bin/mqbatch demo
 
+# -v: each test's name shows while it runs; --durations: the slowest at the end
 test: setup
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -v --durations=15 $(PYTEST_ARGS)
 
 setup:
 	@tools/bootstrap.sh

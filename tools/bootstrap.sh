@@ -12,6 +12,7 @@ APT_PKGS=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=(mosquitto)
 command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
 command -v strace >/dev/null 2>&1 || APT_PKGS+=(strace)     # tests count socket writes per PUBLISH
+command -v chromium >/dev/null 2>&1 || APT_PKGS+=(chromium) # a test renders the demo's HTML report headless (layout at 1280/800 px)
 java_ok() {
     command -v java >/dev/null 2>&1 || return 1
     local v

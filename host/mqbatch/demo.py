@@ -13,17 +13,17 @@ Steps (each prints progress):
   6. the Spark job (`mqbatch spark`) decodes, validates, de-duplicates, reports
   7. summary + HTML report; exit status 1 if any record a device stored was lost
 
-Everything lives under the run directory (default run/demo/ in the repo),
-which is wiped at the start, so running twice in a row works.
+Everything lives under the run directory (default run/demo/ in the repo). A
+run directory an earlier demo made (it holds mqbatch.rundir's marker) or an
+empty one is wiped at the start, so running twice in a row works; any other
+existing folder is refused, never deleted.
 """
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,11 +31,17 @@ import threading
 import time
 
 from mqbatch import htmlreport
-from mqbatch.devices import Fleet, device_ids
+from mqbatch.devices import MAX_SAMPLE_HZ, Fleet, device_ids
 from mqbatch.netcut import Relay
 from mqbatch.paths import ROOT, venv_tool
 from mqbatch.procs import end_process
+from mqbatch.rundir import fresh_dir
 from mqbatch.stack import LocalStack
+
+
+# what a demo writes into its run directory (one made before the rundir marker is recognised by these)
+RUN_DIR_ENTRIES = frozenset({"stack", "relay", "landing", "devices", "recorder.pw", "recorder.log", "spark-out",
+                             "spark-local", "spark.log", "mqbatch.zip", "baseline", "report.html"})
 
 
 class DemoError(RuntimeError):
@@ -56,6 +62,17 @@ class DemoOptions:
     heapsize: str | None = "64K"        # the heap the firmware is measured to run in (docs/application.md, Memory)
     baseline: bool = True
 
+    def check(self) -> None:
+        """DemoError naming the first nonsensical option (before anything starts)."""
+        if self.devices < 1:
+            raise DemoError(f"--devices must be at least 1, got {self.devices}")
+        if not 0 < self.sample_hz <= MAX_SAMPLE_HZ:
+            raise DemoError(f"--sample-hz must be in (0, {MAX_SAMPLE_HZ:g}] (the firmware's limit), got {self.sample_hz:g}")
+        if self.duration <= 0:
+            raise DemoError(f"--duration must be > 0 s, got {self.duration:g}")
+        if self.outage_s < 0 or self.cut_s < 0:
+            raise DemoError("--outage-s and --cut-s must be >= 0 (0: no such fault)")
+
 
 class Demo:
     def __init__(self, opts: DemoOptions, out=sys.stdout):
@@ -70,23 +87,29 @@ class Demo:
         self.stopping = threading.Event()      # set by cleanup(): the fault thread must not restart anything
         self.faults: threading.Thread | None = None
         self.fault_error: str | None = None
+        self.fault_windows: list[tuple[float, float, str]] = []     # (start s, end s, label) for the report
+        self.run_start = self.t0
+        self.run_start_wall = time.time()
 
     # -- output -------------------------------------------------------------------
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.out, flush=True)
 
+    def now(self) -> float:
+        """Seconds since the devices started (t = 0 of the report's time axis)."""
+        return time.monotonic() - self.run_start
+
     def event(self, text: str) -> None:
-        self.events.append((time.monotonic() - self.run_start, text))
+        self.events.append((self.now(), text))
         self.say(text)
 
     # -- steps --------------------------------------------------------------------
 
     def run(self) -> int:
         o = self.o
-        if o.run_dir.exists():
-            shutil.rmtree(o.run_dir)
-        o.run_dir.mkdir(parents=True)
+        o.check()
+        fresh_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES)
         ids = device_ids(o.devices)
         try:
             self.say(f"1/7 broker: CA, passwords and ACLs for {len(ids)} devices; Mosquitto with TLS")
@@ -107,7 +130,7 @@ class Demo:
             self.fleet = Fleet(o.run_dir / "devices", self.relay.host, self.relay.port,
                                credentials=self.stack.credentials, ca=self.stack.ca_cert, heapsize=o.heapsize,
                                config=cfg)
-            self.run_start = time.monotonic()
+            self.run_start, self.run_start_wall = time.monotonic(), time.time()
             self.fleet.start()
             self.faults = threading.Thread(target=self.inject_faults, name="faults", daemon=True)
             self.faults.start()
@@ -134,6 +157,8 @@ class Demo:
             self.run_spark(landing, out)
 
             self.say("7/7 summary and HTML report")
+            if o.baseline:
+                self.say("    measuring the umqtt.simple baseline (one record per PUBLISH, 200 records; ~10 s)")
             baseline = self.measure_baseline() if o.baseline else None
             return self.report(out, sums, baseline)
         finally:
@@ -185,22 +210,27 @@ class Demo:
         o = self.o
         outage_at = o.duration * 0.25 if o.outage_at is None else o.outage_at
         cut_at = o.duration * 0.6 if o.cut_at is None else o.cut_at
-        for at, kind in sorted([(outage_at, "outage"), (cut_at, "cut")]):
+        planned = [(outage_at, "outage")] * (o.outage_s > 0) + [(cut_at, "cut")] * (o.cut_s > 0)
+        for at, kind in sorted(planned):
             if self.stopping.wait(max(0.0, at - (time.monotonic() - self.run_start))):
                 return
             if kind == "outage":
                 self.event(f"    fault: broker outage for {o.outage_s:g} s (Mosquitto stopped)")
+                start = self.now()
                 self.stack.broker.stop()
                 if self.stopping.wait(o.outage_s):
                     return
                 self.stack.broker.start()
+                self.fault_windows.append((start, self.now(), "broker outage"))
                 self.event("    fault over: broker restarted on the same port (sessions persisted)")
             else:
                 self.event(f"    fault: network cut for {o.cut_s:g} s (every device link dropped, connects refused)")
+                start = self.now()
                 self.relay.cut()
                 if self.stopping.wait(o.cut_s):
                     return
                 self.relay.restore()
+                self.fault_windows.append((start, self.now(), "network cut"))
                 self.event("    fault over: network restored")
 
     def progress(self, fleet: Fleet) -> None:
@@ -244,11 +274,8 @@ class Demo:
     # -- report -------------------------------------------------------------------
 
     def report(self, out: pathlib.Path, sums: dict, baseline: dict | None) -> int:
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         rep = json.loads((out / "report.json").read_text())
-        recs = pq.read_table(out / "records", columns=["device", "boot", "seq", "received_at", "latency_ms"])
+        recs = htmlreport.read_records(out / "records", extra=["boot", "seq"])
         curated = set(zip(recs["device"].to_pylist(), recs["boot"].to_pylist(), recs["seq"].to_pylist()))
         stored = self.fleet.stored()
         lost = sorted(stored - curated)
@@ -276,7 +303,7 @@ class Demo:
                      f"{baseline['wire_bytes_per_record']:.1f} bytes per record on the wire "
                      f"(+{baseline['connection_bytes']} bytes per connection)")
         html_path = self.o.run_dir / "report.html"
-        html_path.write_text(self.render_html(rep, recs, rows, headers, wire_per_record, mqtt_per_record, baseline, lost))
+        html_path.write_text(self.render_html(rep, recs, rows, headers, wire_per_record, baseline, lost, out))
         self.say(f"    HTML report: {html_path}")
         if lost:
             self.say(f"LOST {len(lost)} records that devices had stored, e.g. {lost[:5]}")
@@ -292,41 +319,22 @@ class Demo:
             print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)), file=self.out)
         self.out.flush()
 
-    def render_html(self, rep, recs, rows, headers, wire, mqtt_bytes, baseline, lost) -> str:
-        import pyarrow.compute as pc
-        import pyarrow as pa
-        t = pc.divide(recs["received_at"].cast(pa.timestamp("ns")).cast(pa.int64()), 1_000_000).to_pylist()  # ms
-        devs = recs["device"].to_pylist()
-        t0 = min(t) if t else 0
-        bin_s = 2                                  # arrival comes in batches: rate over 2 s bins
-        counts_by_dev: dict[str, dict[int, int]] = {}
-        for dev, ts in zip(devs, t):
-            b = (ts - t0) // (bin_s * 1000)
-            counts_by_dev.setdefault(dev, {}).setdefault(b, 0)
-            counts_by_dev[dev][b] += 1
-        last = max((max(c) for c in counts_by_dev.values()), default=0)
-        series = {dev: [(b * bin_s, c.get(b, 0) / bin_s) for b in range(last + 1)]
-                  for dev, c in counts_by_dev.items()}
-        lat = [v for v in recs["latency_ms"].to_pylist() if v is not None]
+    def render_html(self, rep, recs, rows, headers, wire, baseline, lost, out: pathlib.Path) -> str:
+        o = self.o
         bars = [("mqbatch, batched", round(wire, 1))]
         if baseline:
-            bars.append((f"{baseline['client']}, 1 per PUBLISH", round(baseline["wire_bytes_per_record"], 1)))
-        q = sorted(rep.get("quarantine", {}).get("by_reason", {}).items())
-        status = (f'<p class="bad">{len(lost)} records lost</p>' if lost else
-                  '<p class="ok">No record lost: every record a device stored reached the curated table.</p>')
-        events = htmlreport.table(["t (s)", "event"], [[f"{a:.1f}", e.strip()] for a, e in self.events])
-        sections = [
-            ("Outcome", status + htmlreport.table(headers, rows) + "<h3>Injected faults</h3>" + events),
-            ("Records per second, by arrival", htmlreport.line_chart(
-                "records landed per second (2 s bins) per device", series, "seconds since the first arrival",
-                "records/s")),
-            ("Latency", htmlreport.histogram("received_at - device time", lat, 30, "latency (ms)")),
-            ("Bytes on the wire per record", htmlreport.bar_chart("bytes sent device -> broker per record", bars,
-                                                                  "bytes/record", "{:.1f}")),
-            ("Quarantine", htmlreport.bar_chart("quarantined rows by reason", q, "rows")),
-            ("Spark report.json", "<pre>" + html.escape(json.dumps(rep, indent=1, sort_keys=True)) + "</pre>"),
-        ]
-        return htmlreport.page("mqbatch demo report", sections)
+            bars.append((f"{baseline['client']}, 1 record per PUBLISH", round(baseline["wire_bytes_per_record"], 1)))
+        faults = ", ".join(f"{label} {a:.0f}-{b:.0f} s" for a, b, label in self.fault_windows) or "none"
+        rel = lambda p: os.path.relpath(p, o.run_dir)
+        run = htmlreport.RunInfo(
+            params={"devices": o.devices, "sampling": f"{o.duration:g} s at {o.sample_hz:g} Hz per device",
+                    "faults": faults, "device heap": o.heapsize or "port default",
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.run_start_wall))},
+            start_wall=self.run_start_wall, faults=self.fault_windows, events=self.events, headers=headers,
+            rows=rows, wire_bars=bars, lost=lost,
+            links={"report.json": rel(out / "report.json"), "records/": rel(out / "records"),
+                   "quarantine/": rel(out / "quarantine"), "Spark log": "spark.log", "recorder log": "recorder.log"})
+        return htmlreport.render(run, rep, recs)
 
     # -- cleanup ------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ class DeviceError(RuntimeError):
 # buffers is max_bytes + 160 bytes of RAM (main.py); outbox.max_entries: the outbox's RAM
 # index is segments x max_entries x 7 bytes (batches of ~2 KB: 7-8 per 16 KB segment).
 DEVICE_DEFAULTS = {"flush": {"max_bytes": 2048}, "outbox": {"max_entries": 16}}
+MAX_SAMPLE_HZ = 1000.0      # the firmware's limit (mqb_app: sample_hz in (0, 1000])
 
 
 def _merged(base: dict, over: dict) -> dict:
@@ -84,7 +85,7 @@ class Fleet:
                                                 "password": password, "server_hostname": server_hostname}}
             if tls:
                 if ca is None:
-                    raise DeviceError("tls=True needs the CA certificate (ca=...)")
+                    raise DeviceError("TLS needs the broker's CA certificate (`mqbatch devices --ca FILE`; ca= in Python)")
                 shutil.copyfile(ca, d / "ca.pem")
                 cfg["broker"]["ca"] = "ca.pem"
             merged = _merged(DEVICE_DEFAULTS, config or {})

@@ -63,6 +63,7 @@ class RecorderConfig:
     roll_seconds: float = 60.0
     commit_max: int = 1000                   # most messages per fsync
     progress_seconds: float = 5.0
+    silence_warn_s: float = 60.0             # warn loudly after this long without a PUBLISH (0: never); see _check_silence
 
     def __post_init__(self):
         check_name(self.client_id)
@@ -227,6 +228,33 @@ class Recorder:
                               f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
                 last_report, last_count = now, self.landed
 
+    # -- silence watchdog ----------------------------------------------------------
+    def _check_silence(self, now: float) -> None:
+        """Mosquitto answers SUBSCRIBE with "granted QoS 1" even when the ACL lets this
+        account read none of the filter's topics, and then delivers nothing, forever.
+        No probe can tell (the recorder may write nowhere it can read: least privilege),
+        so the recorder watches the stream: after cfg.silence_warn_s seconds without a
+        PUBLISH (since subscribing, or since the last one) it warns loudly on stderr,
+        and again after 2x, 4x, ... that time while the silence lasts."""
+        if not self.cfg.silence_warn_s or not self._subscribed.is_set():
+            return
+        seen = self.received + self._queue.qsize()
+        watch = getattr(self, "_silence", None)         # (PUBLISHes seen, silent since, next warning after s)
+        if watch is None or watch[0] != seen:
+            self._silence = (seen, now, self.cfg.silence_warn_s)
+            return
+        _, since, warn_after = watch
+        if now - since < warn_after:
+            return
+        self._silence = (seen, since, warn_after * 2)
+        cfg = self.cfg
+        who = f"account {cfg.username!r}" if cfg.username else "this client (certificate identity)"
+        self._say(f"WARNING: no PUBLISH for {now - since:.0f} s {'since subscribing' if not seen else 'since the last one'}"
+                  f" on {cfg.subscription}. If devices are publishing, the broker may not let {who} read "
+                  f"{cfg.topic_filter}: Mosquitto grants such a subscription and then silently delivers nothing. "
+                  f"Check the broker ACL (`topic read {cfg.topic_filter}` for that user) and --filter. "
+                  f"(--silence-warn-s 0 turns this warning off.)")
+
     # -- lifecycle ---------------------------------------------------------------
     def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
         """Record until `stop` is set (or a fatal error). Returns an exit status."""
@@ -251,6 +279,7 @@ class Recorder:
                 time.sleep(0.05)
             while not (stop.is_set() or self._failed.is_set()):
                 stop.wait(0.2)
+                self._check_silence(time.monotonic())
         finally:
             # land and acknowledge what is queued, then disconnect (the session and its
             # undelivered messages stay on the broker). Whatever arrives after that is

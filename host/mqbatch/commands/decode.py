@@ -13,6 +13,9 @@ import json
 import sys
 
 from mqbatch import codec
+from mqbatch.commands.argtypes import positive_int
+
+_positive = positive_int        # the old name, still imported by spark_jobs/telemetry_args.py
 
 
 class InputError(ValueError):
@@ -58,7 +61,11 @@ def decode_line(line: str, options: codec.DecodeOptions) -> tuple[dict, dict | N
 def run(args: argparse.Namespace) -> int:
     options = codec.DecodeOptions(max_batch_size=args.max_batch_size, max_payload_bytes=args.max_payload_bytes,
                                   allow_empty=not args.no_empty, partial=args.partial)
-    stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
+    try:
+        stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
+    except OSError as e:
+        print(f"decode: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
     try:
         for line in stream:
             if not line.strip():
@@ -73,18 +80,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
-
-
 def register(sub) -> None:
     p = sub.add_parser("decode", help="decode batch PUBLISHes given as JSON Lines")
     p.add_argument("file", nargs="?", metavar="FILE", help="JSON Lines input (default: stdin)")
-    p.add_argument("--max-batch-size", type=_positive, default=100)
-    p.add_argument("--max-payload-bytes", type=_positive, default=65536)
+    p.add_argument("--max-batch-size", type=positive_int, default=100)
+    p.add_argument("--max-payload-bytes", type=positive_int, default=65536)
     p.add_argument("--partial", action="store_true", help="deliver sub-messages parsed before a count mismatch")
     p.add_argument("--no-empty", action="store_true", help="reject zero-length sub-messages")
     p.set_defaults(func=run)

@@ -6,38 +6,79 @@ per-device ACLs; see mqbatch.stack) and stops it at the end."""
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
+import signal
 import sys
 import time
 
-from mqbatch.devices import DeviceError, Fleet, device_ids
+from mqbatch.commands.argtypes import host_port, non_negative_float, positive_float, positive_int, read_json_object
+from mqbatch.devices import MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
 from mqbatch.paths import ROOT
+from mqbatch.procs import stop_signals_interrupt
+
+
+def _existing_broker(args: argparse.Namespace, ids: list[str]) -> dict:
+    """{device: password} for --broker, checked: ValueError with a sentence naming the flag."""
+    if not args.credentials:
+        raise ValueError("--broker needs --credentials FILE (JSON object {device id: password})")
+    if not args.plain and not args.ca:
+        raise ValueError("--broker uses TLS: give --ca FILE (the CA certificate that signed the broker's), "
+                         "or --plain for a plain-TCP development broker")
+    if args.ca and not pathlib.Path(args.ca).is_file():
+        raise ValueError(f"--ca {args.ca}: no such file")
+    creds = read_json_object(args.credentials, "--credentials")
+    missing = [d for d in ids if d not in creds]
+    if missing:
+        raise ValueError(f"--credentials has no password for {', '.join(missing)}")
+    bad = [d for d in ids if not isinstance(creds[d], str)]
+    if bad:
+        raise ValueError(f"--credentials: the password of {', '.join(bad)} must be a JSON string")
+    return {d: creds[d] for d in ids}
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = pathlib.Path(args.dir)
+    if args.sample_hz > MAX_SAMPLE_HZ:
+        print(f"devices: --sample-hz must be at most {MAX_SAMPLE_HZ:g} (the firmware's limit), got {args.sample_hz:g}",
+              file=sys.stderr)
+        return 2
     ids = device_ids(args.count)
-    config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
-    stack = None
     if args.broker:
-        host, _, port = args.broker.rpartition(":")
-        if not args.credentials:
-            print("devices: --broker needs --credentials (JSON {device: password})", file=sys.stderr)
+        try:
+            creds = _existing_broker(args, ids)
+        except ValueError as e:
+            print(f"devices: {e}", file=sys.stderr)
             return 2
-        creds = json.loads(pathlib.Path(args.credentials).read_text())
-        missing = [d for d in ids if d not in creds]
-        if missing:
-            print(f"devices: --credentials has no password for {', '.join(missing)}", file=sys.stderr)
-            return 2
-        creds = {d: creds[d] for d in ids}
-        ca = args.ca
-    else:
-        from mqbatch.stack import LocalStack
-        stack = LocalStack(run_dir / "stack", ids)
-        stack.broker.start()
-        host, port, creds, ca = stack.broker.host, stack.broker.port, stack.credentials, stack.ca_cert
-        print(f"devices: local broker {stack.broker.url} (TLS, auth, per-device ACL)")
+    stop = stop_signals_interrupt("devices")
+    try:
+        with stop:
+            return _run(args, ids, creds if args.broker else None)
+    except KeyboardInterrupt:
+        sig = stop.received or signal.SIGINT
+        print(f"devices: interrupted ({signal.Signals(sig).name}); every device and broker it started has been stopped",
+              file=sys.stderr)
+        return 128 + sig
+
+
+def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
+    run_dir = pathlib.Path(args.dir)
+    stack = None
+    try:
+        if args.broker:
+            (host, port), ca = args.broker, args.ca
+        else:
+            from mqbatch.stack import LocalStack
+            stack = LocalStack(run_dir / "stack", ids)
+            stack.broker.start()
+            host, port, creds, ca = stack.broker.host, stack.broker.port, stack.credentials, stack.ca_cert
+            print(f"devices: local broker {stack.broker.url} (TLS, auth, per-device ACL)", flush=True)
+        return _run_fleet(args, ids, run_dir, host, port, creds, ca)
+    finally:
+        if stack:
+            stack.broker.stop()
+
+
+def _run_fleet(args, ids, run_dir, host, port, creds, ca) -> int:
+    config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
     try:
         with Fleet(run_dir / "devices", host, int(port), credentials=creds, ca=ca, tls=not args.plain,
                    heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config) as fleet:
@@ -68,20 +109,20 @@ def run(args: argparse.Namespace) -> int:
     except DeviceError as e:
         print(f"devices: {e}", file=sys.stderr)
         return 1
-    finally:
-        if stack:
-            stack.broker.stop()
 
 
 def register(sub) -> None:
     p = sub.add_parser("devices", help="run N virtual devices (firmware in the MicroPython Unix port)",
                        description=__doc__)
-    p.add_argument("--count", type=int, default=5)
-    p.add_argument("--duration", type=float, default=60, help="seconds of sampling per device")
-    p.add_argument("--drain-timeout", type=float, default=60, help="seconds to empty the outbox after sampling")
-    p.add_argument("--sample-hz", type=float, default=10)
+    p.add_argument("--count", type=positive_int, default=5, help="number of devices (default 5)")
+    p.add_argument("--duration", type=positive_float, default=60, help="seconds of sampling per device")
+    p.add_argument("--drain-timeout", type=non_negative_float, default=60,
+                   help="seconds to empty the outbox after sampling")
+    p.add_argument("--sample-hz", type=positive_float, default=10,
+                   help=f"samples per second per device (default 10, at most {MAX_SAMPLE_HZ:g})")
     p.add_argument("--dir", default=str(ROOT / "run" / "devices"), help="run directory (flash of each device)")
-    p.add_argument("--broker", help="HOST:PORT of an existing broker (default: start a local secured one)")
+    p.add_argument("--broker", type=host_port, metavar="HOST:PORT",
+                   help="an existing broker (default: start a local secured one)")
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
     p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")

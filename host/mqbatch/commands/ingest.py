@@ -9,7 +9,8 @@ import sys
 import threading
 
 from mqbatch.ingest import Recorder, RecorderConfig, RecorderError
-from mqbatch.commands.decode import _positive
+from mqbatch.commands.argtypes import non_negative_float, port_number, positive_float, positive_int
+from mqbatch.procs import on_stop_signals
 
 
 def _config(args: argparse.Namespace) -> RecorderConfig:
@@ -24,7 +25,7 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
         topic_filter=args.filter, cafile=args.cafile, certfile=args.cert, keyfile=args.key,
         username=args.username, password=password, session_expiry=args.session_expiry,
         receive_maximum=args.receive_maximum, roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-        progress_seconds=args.progress_seconds)
+        progress_seconds=args.progress_seconds, silence_warn_s=args.silence_warn_s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ingest: {signal.Signals(signum).name}: closing the open landing file", file=sys.stderr, flush=True)
         stop.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    on_stop_signals(on_signal)          # SIGINT, SIGTERM, SIGHUP
     try:
         return recorder.run(stop)
     except RecorderError as e:
@@ -53,7 +53,7 @@ def register(sub) -> None:
     p = sub.add_parser("ingest", help="record MQTT PUBLISHes into a Parquet landing zone",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8883)
+    p.add_argument("--port", type=port_number, default=8883)
     p.add_argument("--landing", required=True, help="landing zone directory")
     p.add_argument("--client-id", default="mqbatch-recorder-1",
                    help="MQTT client id, also the recorder id in landing file names (unique per recorder)")
@@ -65,10 +65,13 @@ def register(sub) -> None:
     p.add_argument("--username")
     p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
     p.add_argument("--password-file")
-    p.add_argument("--session-expiry", type=_positive, default=3600,
+    p.add_argument("--session-expiry", type=positive_int, default=3600,
                    help="seconds the broker keeps the session and queued messages while the recorder is down")
-    p.add_argument("--receive-maximum", type=_positive, default=100, help="PUBLISHes in flight towards the recorder")
-    p.add_argument("--roll-bytes", type=_positive, default=64 << 20, help="roll the landing file at this size")
-    p.add_argument("--roll-seconds", type=float, default=60.0, help="roll the landing file at this age")
-    p.add_argument("--progress-seconds", type=float, default=5.0, help="progress line interval")
+    p.add_argument("--receive-maximum", type=positive_int, default=100, help="PUBLISHes in flight towards the recorder")
+    p.add_argument("--roll-bytes", type=positive_int, default=64 << 20, help="roll the landing file at this size")
+    p.add_argument("--roll-seconds", type=positive_float, default=60.0, help="roll the landing file at this age")
+    p.add_argument("--progress-seconds", type=positive_float, default=5.0, help="progress line interval")
+    p.add_argument("--silence-warn-s", type=non_negative_float, default=60.0,
+                   help="warn loudly when no PUBLISH arrived for this long (default 60; 0: never): the broker "
+                        "grants a subscription to topics the account may not read and then delivers nothing")
     p.set_defaults(func=run)
