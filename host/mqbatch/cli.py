@@ -19,7 +19,6 @@ COMMANDS = [
     "demo",
     "deploy",
     "devices",
-    "fleet",
     "ingest",
     "spark",
     "vboard",
