@@ -28,9 +28,9 @@ TLS_UNTRUSTED = "untrusted"        # the server certificate is not signed by our
 TLS_HOSTNAME = "hostname"          # the certificate does not name server_hostname
 TLS_EXPIRED = "expired"            # the certificate's validity has ended
 TLS_NOT_YET_VALID = "not-yet-valid"  # its validity starts in the future (check the device clock)
-TLS_REJECTED = "rejected"          # the broker ended the handshake while we still wrote to it: mostly it
-                                   # wants a client certificate we did not send; mbedTLS reports only EPIPE
-                                   # (a reset, e.g. a broker restarting, stays "handshake")
+TLS_REJECTED = "rejected"          # the broker ended the handshake (fatal alert, or closed while we wrote:
+                                   # EPIPE): mostly it wants a client certificate we did not send. A reset
+                                   # (e.g. a broker restarting) stays "handshake"
 TLS_HANDSHAKE = "handshake"        # any other handshake failure (protocol, cipher suites)
 
 # (mbedtls_x509_crt_verify_info text, kind, what it means), checked in this order
@@ -40,7 +40,10 @@ _TLS = (("not correctly signed by the trusted CA", TLS_UNTRUSTED,
         ("validity starts in the future", TLS_NOT_YET_VALID,
          "server certificate is not valid yet (is the device clock set?)"),
         ("does not match with the expected CN", TLS_HOSTNAME, "server certificate does not match the server name"),
+        ("FATAL_ALERT_MESSAGE", TLS_REJECTED, None),
         ("", TLS_HANDSHAKE, "TLS handshake failed"))
+_REJECTED = ("broker refused the TLS handshake (does it require a client certificate, and are certfile/keyfile "
+             "set and signed by its CA? or no TLS version/cipher suite in common)")
 _MBEDTLS_CERT_VERIFY_FAILED = const(-0x2700)
 _EPIPE = const(32)  # MicroPython's errno module has no EPIPE
 _POLL_EVENTS = const(0x0001 | 0x0008 | 0x0010)  # POLLIN | POLLERR | POLLHUP
@@ -65,8 +68,9 @@ class TLSError(TransportError):
             if needle in text:
                 break
         if kind == TLS_HANDSHAKE and isinstance(exc, OSError) and exc.errno == _EPIPE:
-            kind, meaning = TLS_REJECTED, ("broker closed the connection during the TLS handshake (does it require "
-                                           "a client certificate, and are certfile/keyfile set and signed by its CA?)")
+            kind = TLS_REJECTED
+        if kind == TLS_REJECTED:
+            meaning = _REJECTED
         super().__init__("TLS: %s: %s (%s)" % (meaning, text, where), code)
         self.kind = kind
 
