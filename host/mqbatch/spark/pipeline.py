@@ -38,12 +38,11 @@ BYTES_PER_SHUFFLE_PARTITION = 64 << 20
 
 # -- steps --------------------------------------------------------------------------
 
-def read_landing(spark: SparkSession, paths: str | list[str], stream: bool = False) -> DataFrame:
-    """The landing rows of the given files (or of a directory, as Spark lists it)."""
+def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
+    """The landing rows of the given files, or of the readable files of a landing
+    directory (files.scan; use it yourself to learn which files were quarantined)."""
     if isinstance(paths, str):
         paths = landing_files.scan(paths)[0]
-    if stream:
-        raise ValueError("read_landing(stream=True) is gone: run_stream lists the files itself")
     if not paths:
         return spark.createDataFrame([], LANDING_SCHEMA)
     return spark.read.schema(LANDING_SCHEMA).parquet(*paths)
