@@ -22,10 +22,14 @@ import sys
 import tempfile
 import zipfile
 
-from mqbatch.paths import ROOT, venv_tool
+from mqbatch.paths import CHECKOUT, ROOT, venv_tool
 from mqbatch.spark.options import add_arguments, check_paths
 
-JOB = ROOT / "spark_jobs" / "telemetry_job.py"
+# the spark-submit main file: the checkout's thin entry, or (installed package) the same
+# two lines written next to the --py-files zip
+JOB = CHECKOUT / "spark_jobs" / "telemetry_job.py" if CHECKOUT is not None else None
+JOB_ENTRY = ("import sys\nfrom mqbatch.spark.job import main\n\n"
+             "if __name__ == \"__main__\":\n    sys.exit(main())\n")
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]     # host/mqbatch
 STOP_GRACE_S = 20                                         # after SIGTERM, then SIGKILL
 
@@ -89,10 +93,20 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def job_file(directory: pathlib.Path) -> pathlib.Path:
+    """The main file for spark-submit (written into `directory` outside a checkout)."""
+    if JOB is not None:
+        return JOB
+    path = directory / "telemetry_job.py"
+    path.write_text(JOB_ENTRY, encoding="utf-8")
+    return path
+
+
 def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]:
     return [str(venv_tool("spark-submit")), "--master", args.master or "local[*]",
             "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.ui.showConsoleProgress=false",
-            "--py-files", str(pyfiles.resolve()), *args.spark_conf_args, str(JOB), *job_arguments(args)]
+            "--py-files", str(pyfiles.resolve()), *args.spark_conf_args,
+            str(job_file(pyfiles.parent.resolve())), *job_arguments(args)]
 
 
 def _group_alive(pgid: int) -> bool:
