@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # module names under mqbatch.commands, one per subcommand
-COMMANDS = ["decode", "demo", "deploy", "devices", "ingest", "spark"]
+COMMANDS = ["decode", "demo", "deploy", "devices", "fleet", "ingest", "spark"]
 
 
 def build_parser() -> argparse.ArgumentParser:

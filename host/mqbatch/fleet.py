@@ -334,3 +334,27 @@ def show(root: str | os.PathLike) -> list[str]:
         lines.append(f"  {dev}: board {entry['board']}, config {fd.root / entry['config']} "
                      f"(added {entry['added']}{extra})")
     return lines
+
+
+def virtual_devices(root: str | os.PathLike, device_ids: list[str], run_dir: str | os.PathLike,
+                    **overrides) -> "Fleet":
+    """The fleet's `unix` devices as virtual devices (the real firmware in the MicroPython
+    Unix port, mqbatch.devices.Fleet) with the config.json `add` wrote, `overrides`
+    (e.g. run_for_s, sample_hz) merged in. Flash directories under run_dir."""
+    from mqbatch.devices import Fleet
+    fd = FleetDir(root)
+    state = fd.load()
+    configs = {}
+    for dev in device_ids:
+        entry = state["devices"].get(dev)
+        if entry is None:
+            raise FleetError(f"{dev} is not in the fleet {fd.root} (`mqbatch fleet add` it first)")
+        if entry["board"] != "unix":
+            raise FleetError(f"{dev} is an {entry['board']} device: only `unix` devices run here (mqbatch deploy the others)")
+        configs[dev] = json.loads((fd.root / entry["config"]).read_text(encoding="utf-8"))
+    shared = dict(configs[device_ids[0]], **overrides)
+    broker = shared.pop("broker")
+    shared.pop("device_id")
+    shared["broker"] = {k: v for k, v in broker.items() if k not in ("username", "password", "ca")}
+    return Fleet(run_dir, broker["host"], broker["port"], ca=fd.ca_cert, server_hostname=broker["server_hostname"],
+                 credentials={dev: cfg["broker"]["password"] for dev, cfg in configs.items()}, config=shared)

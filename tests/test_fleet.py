@@ -1,0 +1,160 @@
+"""`mqbatch fleet`, the walk-through of docs/fleet.md: init a fleet directory, add two
+unix devices, start the REAL Mosquitto from the generated mosquitto.conf (as a user
+would: `mosquitto -c DIR/broker/mosquitto.conf`), run the recorder with the
+generated recorder credentials and the devices (the firmware in the MicroPython
+Unix port) with their generated config.json, and check that what they had
+acknowledged lands; secrets are 0600, and a device cannot use another's client id."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import time
+
+import pytest
+
+from mqbatch import codec, fleet, landing
+from mqbatch.broker import MOSQUITTO, free_port
+from mqbatch.cli import main
+from mqbatch.ingest import RecorderConfig
+from mqbatch.procs import end_process
+from mqbatch.secmatrix import Probe, wait_until
+from mqbatch_testing.broker import RecorderThread
+
+pytestmark = pytest.mark.broker
+
+DEVICES = ["kitchen-1", "garage-2"]
+PUBLIC = {"fleet.json", "ca.crt", "ca.der", "server.crt", "server.der"}   # 0644, no secrets
+
+
+def start_mosquitto(conf: pathlib.Path, port: int) -> subprocess.Popen:
+    log = conf.parent / "mosquitto.log"
+    proc = subprocess.Popen([str(MOSQUITTO), "-c", str(conf)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ok = wait_until(lambda: proc.poll() is not None or (log.exists() and " running" in log.read_text()), 15)
+    assert ok and proc.poll() is None, f"mosquitto did not start:\n{log.read_text() if log.exists() else ''}"
+    return proc
+
+
+@pytest.fixture
+def fleet_dir(tmp_path):
+    port = free_port()
+    d = tmp_path / "fleet"
+    assert main(["fleet", "init", str(d), "--broker-host", "127.0.0.1", "--port", str(port),
+                 "--bind", "127.0.0.1"]) == 0
+    assert main(["fleet", "add", str(d), *DEVICES, "--board", "unix"]) == 0
+    return d, port
+
+
+def test_files_are_private_and_secrets_never_leave_0600_files(fleet_dir, capsys):
+    d, port = fleet_dir
+    main(["fleet", "show", str(d)])
+    shown = capsys.readouterr().out
+    secrets = [(d / "recorder" / "password").read_text().strip()] + [
+        json.loads((d / "devices" / dev / "config.json").read_text())["broker"]["password"] for dev in DEVICES]
+    assert all(len(s) >= 20 for s in secrets) and len(set(secrets)) == 3
+    modes = {}
+    for path in [d, *d.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        modes[str(path.relative_to(d))] = oct(mode)
+        if path.is_dir():
+            assert mode == 0o700, f"{path}: {oct(mode)}"
+        elif path.name in PUBLIC:
+            assert mode == 0o644, f"{path}: {oct(mode)}"
+            data = path.read_bytes()
+            assert not [s for s in secrets if s.encode() in data], f"{path} (public) holds a password"
+        else:
+            assert mode == 0o600, f"{path}: {oct(mode)}"
+    print(json.dumps(modes, indent=1))
+    assert not [s for s in secrets if s in shown], "fleet show printed a password"
+    for dev in DEVICES:
+        assert f"{d / 'devices' / dev / 'config.json'}" in shown
+    assert "BEGIN" not in shown and "PRIVATE" not in shown
+    # no password in clear in the broker's files; the plugin holds hashes
+    policy = json.loads((d / "broker" / "dynamic-security.json").read_text())
+    assert {c["username"]: c["clientid"] for c in policy["clients"]} == {
+        "recorder": "mqbatch-recorder-1", "kitchen-1": "kitchen-1", "garage-2": "garage-2"}
+    assert all("salt" in c and "password" in c for c in policy["clients"])
+
+
+def test_add_refuses_an_existing_device_unless_rotate(fleet_dir, capsys):
+    d, _ = fleet_dir
+    cfg = d / "devices" / "kitchen-1" / "config.json"
+    before = cfg.read_text()
+    policy_before = (d / "broker" / "dynamic-security.json").read_text()
+    assert main(["fleet", "add", str(d), "kitchen-1", "new-3"]) == 1
+    assert "already in the fleet: kitchen-1" in capsys.readouterr().err
+    assert cfg.read_text() == before and not (d / "devices" / "new-3").exists()
+    assert (d / "broker" / "dynamic-security.json").read_text() == policy_before
+    assert main(["fleet", "add", str(d), "../x"]) == 1
+    assert "not usable" in capsys.readouterr().err
+    assert main(["fleet", "add", str(d), "kitchen-1", "--rotate"]) == 0
+    assert json.loads(cfg.read_text())["broker"]["password"] != json.loads(before)["broker"]["password"]
+    state = json.loads((d / "fleet.json").read_text())
+    assert "rotated" in state["devices"]["kitchen-1"] and "rotated" not in state["devices"]["garage-2"]
+    # the other accounts keep their hashes (their passwords keep working)
+    old = {c["username"]: c["password"] for c in json.loads(policy_before)["clients"]}
+    new = {c["username"]: c["password"] for c in json.loads((d / "broker" / "dynamic-security.json").read_text())["clients"]}
+    assert new["garage-2"] == old["garage-2"] and new["recorder"] == old["recorder"]
+    assert new["kitchen-1"] != old["kitchen-1"]
+    assert main(["fleet", "init", str(d), "--broker-host", "x"]) == 1
+    assert "is a fleet already" in capsys.readouterr().err
+
+
+def test_walk_through_devices_land_through_the_generated_broker(fleet_dir, tmp_path):
+    d, port = fleet_dir
+    conf = d / "broker" / "mosquitto.conf"
+    assert f"listener {port} 127.0.0.1" in conf.read_text()
+    broker = start_mosquitto(conf, port)
+    rec = None
+    try:
+        cfg = {dev: json.loads((d / "devices" / dev / "config.json").read_text()) for dev in DEVICES}
+        ca = d / "pki" / "ca.crt"
+        # a device cannot connect with the other device's client id; with its own it can
+        thief = Probe("127.0.0.1", port, ca, "garage-2", "kitchen-1", cfg["kitchen-1"]["broker"]["password"])
+        thief.close()
+        own = Probe("127.0.0.1", port, ca, "kitchen-1", "kitchen-1", cfg["kitchen-1"]["broker"]["password"])
+        own.close()
+        assert (thief.connack, own.connack) == ("0x87 Not authorized", "0x00 Success")
+        # the recorder, with the generated recorder credentials
+        state = json.loads((d / "fleet.json").read_text())
+        rec = RecorderThread(RecorderConfig(
+            host=state["broker"]["hosts"][0], port=port, landing=str(tmp_path / "landing"),
+            client_id=state["recorder"]["client_id"], cafile=str(ca), username=state["recorder"]["username"],
+            password=(d / state["recorder"]["password_file"]).read_text().strip(), progress_seconds=3600,
+            roll_seconds=0.5)).start()
+        # the devices: the firmware in the Unix port with the generated config.json
+        with fleet.virtual_devices(d, DEVICES, tmp_path / "run", run_for_s=2, sample_hz=10) as devs:
+            devs.start()
+            codes = devs.wait(120)
+            sums = devs.summaries()
+            consoles = {dev: devs.console(dev)[-1500:] for dev in DEVICES}
+        assert codes == {dev: 0 for dev in DEVICES}, consoles
+        for dev in DEVICES:
+            assert sums[dev]["outbox_depth"] == 0 and sums[dev]["acked_records"] > 0, (sums, consoles)
+        total = sum(sums[dev]["acked_records"] for dev in DEVICES)
+        batches = sum(sums[dev]["acked_batches"] for dev in DEVICES)
+
+        def landed() -> dict[str, int]:
+            rows = landing.read_landing(tmp_path / "landing").to_pylist()
+            batches = {(r["topic"], r["payload"]): r for r in rows}     # a resent batch counts once
+            out = {}
+            for (topic, payload), r in batches.items():
+                res = codec.decode([(p["key"], p["value"]) for p in r["user_properties"]], payload)
+                out[topic] = out.get(topic, 0) + len(res.messages)
+            return out
+
+        wait_until(lambda: rec.recorder.acked >= batches, 20)
+        rec.stop()
+        rec = None
+        got = landed()
+        print(f"acknowledged by the broker: {total} records; landed: {got}")
+        assert got == {f"mqbatch/{dev}/telemetry": sums[dev]["acked_records"] for dev in DEVICES}
+    finally:
+        if rec is not None:
+            rec.stop()
+        end_process(broker, timeout=10)
+    log = (d / "broker" / "mosquitto.log").read_text()
+    assert "Opening ipv4 listen socket on port" in log and "Error" not in log, log
