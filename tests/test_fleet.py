@@ -7,8 +7,8 @@ acknowledged lands; secrets are 0600, and a device cannot use another's client i
 from __future__ import annotations
 
 import json
-import os
 import pathlib
+import socket
 import stat
 import subprocess
 import time
@@ -30,12 +30,26 @@ PUBLIC = {"fleet.json", "ca.crt", "ca.der", "server.crt", "server.der"}   # 0644
 
 
 def start_mosquitto(conf: pathlib.Path, port: int) -> subprocess.Popen:
+    """`mosquitto -c conf`, as the docs say; returns once it listens on the port."""
     log = conf.parent / "mosquitto.log"
+    offset = log.stat().st_size if log.exists() else 0
+
+    def new_log() -> str:
+        return log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
+
     proc = subprocess.Popen([str(MOSQUITTO), "-c", str(conf)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ok = wait_until(lambda: proc.poll() is not None or (log.exists() and " running" in log.read_text()), 15)
-    assert ok and proc.poll() is None, f"mosquitto did not start:\n{log.read_text() if log.exists() else ''}"
+    ok = wait_until(lambda: proc.poll() is not None or (" running" in new_log() and accepts(port)), 15)
+    assert ok and proc.poll() is None, f"mosquitto did not start:\n{new_log()}"
     return proc
+
+
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 @pytest.fixture
@@ -158,3 +172,35 @@ def test_walk_through_devices_land_through_the_generated_broker(fleet_dir, tmp_p
         end_process(broker, timeout=10)
     log = (d / "broker" / "mosquitto.log").read_text()
     assert "Opening ipv4 listen socket on port" in log and "Error" not in log, log
+
+
+def test_add_and_rotate_take_effect_when_the_broker_restarts(fleet_dir):
+    # the plugin reads its file at start and does not write it back at shutdown:
+    # `fleet add` while the broker runs, then a restart, is the documented way
+    d, port = fleet_dir
+    conf, ca = d / "broker" / "mosquitto.conf", d / "pki" / "ca.crt"
+
+    def password(dev):
+        return json.loads((d / "devices" / dev / "config.json").read_text())["broker"]["password"]
+
+    def connack(dev, pw):
+        p = Probe("127.0.0.1", port, ca, dev, dev, pw)
+        p.close()
+        return p.connack
+
+    old_garage = password("garage-2")
+    broker = start_mosquitto(conf, port)
+    try:
+        assert main(["fleet", "add", str(d), "new-3"]) == 0
+        assert main(["fleet", "add", str(d), "garage-2", "--rotate"]) == 0
+        before = (connack("new-3", password("new-3")), connack("garage-2", old_garage))
+        end_process(broker, timeout=10)
+        broker = start_mosquitto(conf, port)
+        after = (connack("new-3", password("new-3")), connack("garage-2", old_garage),
+                 connack("garage-2", password("garage-2")), connack("kitchen-1", password("kitchen-1")))
+    finally:
+        end_process(broker, timeout=10)
+    print(f"before the restart: {before}; after: {after}")
+    assert before[0] != "0x00 Success" and before[1] == "0x00 Success"
+    assert after[0] == "0x00 Success" and after[1] != "0x00 Success"
+    assert after[2:] == ("0x00 Success", "0x00 Success")
