@@ -19,6 +19,7 @@ from mqbatch import codec, fleet, landing
 from mqbatch.broker import MOSQUITTO, free_port
 from mqbatch.cli import main
 from mqbatch.ingest import RecorderConfig
+from mqbatch.paths import BOARDS
 from mqbatch.procs import end_process
 from mqbatch.secmatrix import Probe, wait_until
 from mqbatch_testing.broker import RecorderThread
@@ -204,3 +205,46 @@ def test_add_and_rotate_take_effect_when_the_broker_restarts(fleet_dir):
     assert before[0] != "0x00 Success" and before[1] == "0x00 Success"
     assert after[0] == "0x00 Success" and after[1] != "0x00 Success"
     assert after[2:] == ("0x00 Success", "0x00 Success")
+
+
+def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):
+    d, port = fleet_dir
+    wifi = tmp_path / "wifi.txt"
+    wifi.write_text("wifi-secret-123\n")
+    assert main(["fleet", "add", str(d), "porch-4", "--board", "esp32", "--wifi-ssid", "home",
+                 "--wifi-password-file", str(wifi)]) == 0
+    cfg = json.loads((d / "devices" / "porch-4" / "config.json").read_text())
+    template = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
+    assert set(cfg) == set(template) and cfg["hw"] == template["hw"]
+    assert cfg["wifi"] == dict(template["wifi"], ssid="home", password="wifi-secret-123")
+    b = cfg["broker"]
+    assert (b["host"], b["server_hostname"], b["port"], b["username"], b["ca"], b["tls"]) == (
+        "127.0.0.1", "127.0.0.1", port, "porch-4", "ca.der", True)
+    assert (d / "devices" / "porch-4" / "ca.der").read_bytes() == (d / "pki" / "ca.der").read_bytes()
+    assert "wifi-secret-123" not in capsys.readouterr().out
+    assert main(["fleet", "add", str(d), "porch-5", "--board", "unix", "--wifi-ssid", "home"]) == 1
+    assert "no Wi-Fi settings" in capsys.readouterr().err and not (d / "devices" / "porch-5").exists()
+
+
+def test_init_with_your_own_ca_and_a_dns_name(tmp_path, capsys):
+    from cryptography import x509
+    from mqbatch.pki import make_pki
+    theirs = make_pki(tmp_path / "theirs", clients=[])
+    d = tmp_path / "fleet"
+    # a certificate that is not a CA is refused before anything is written
+    assert main(["fleet", "init", str(d), "--broker-host", "mq.example.lan", "--ca-cert", str(theirs.server.cert),
+                 "--ca-key", str(theirs.server.key)]) == 1
+    assert "not a CA certificate" in capsys.readouterr().err and not d.exists()
+    assert main(["fleet", "init", str(d), "--broker-host", "mq.example.lan", "--broker-host", "10.1.2.3",
+                 "--ca-cert", str(theirs.ca.cert), "--ca-key", str(theirs.ca.key)]) == 0
+    assert not (d / "pki" / "ca.key").exists(), "your CA's key must not be copied"
+    assert (d / "pki" / "ca.crt").read_bytes() == theirs.ca.cert.read_bytes()
+    server = x509.load_pem_x509_certificate((d / "pki" / "server.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate(theirs.ca.cert.read_bytes())
+    server.verify_directly_issued_by(ca)
+    san = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["mq.example.lan"]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
+    state = json.loads((d / "fleet.json").read_text())
+    assert state["ca"] == {"cert": "pki/ca.crt", "key": None, "own": False}
+    assert "listener 8883\n" in (d / "broker" / "mosquitto.conf").read_text()   # default: all addresses
