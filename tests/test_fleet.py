@@ -248,3 +248,59 @@ def test_init_with_your_own_ca_and_a_dns_name(tmp_path, capsys):
     state = json.loads((d / "fleet.json").read_text())
     assert state["ca"] == {"cert": "pki/ca.crt", "key": None, "own": False}
     assert "listener 8883\n" in (d / "broker" / "mosquitto.conf").read_text()   # default: all addresses
+
+
+def test_mutual_tls_device_runs_with_its_client_certificate(tmp_path):
+    # `fleet init --mtls-port`: a second listener where the certificate's CN is the
+    # account and the client id; `fleet add --client-cert`: the device's config names its
+    # certificate and key instead of a password
+    port, mtls_port = free_port(), free_port()
+    d = tmp_path / "fleet"
+    assert main(["fleet", "init", str(d), "--broker-host", "127.0.0.1", "--port", str(port), "--bind", "127.0.0.1",
+                 "--mtls-port", str(mtls_port)]) == 0
+    assert main(["fleet", "add", str(d), "cert-1", "--client-cert"]) == 0
+    assert main(["fleet", "add", str(d), "pw-2"]) == 0
+    dev = d / "devices" / "cert-1"
+    cfg = json.loads((dev / "config.json").read_text())["broker"]
+    assert (cfg["port"], cfg["client_cert"], cfg["client_key"], cfg["password"]) == (
+        mtls_port, "client.der", "client.key.der", None)
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in dev.iterdir()} == {
+        "ca.der": "0o644", "config.json": "0o600", "client.crt": "0o644", "client.der": "0o644",
+        "client.key": "0o600", "client.key.der": "0o600"}
+    broker = start_mosquitto(d / "broker" / "mosquitto.conf", port)
+    rec = None
+    try:
+        ca, key, crt = d / "pki" / "ca.crt", dev / "client.key", dev / "client.crt"
+        # the CN is the identity: whatever client id it asks for, it is cert-1 and may write only its topics
+        p = Probe("127.0.0.1", mtls_port, ca, "pw-2", None, None, certfile=crt, keyfile=key)
+        own = p.publish("mqbatch/cert-1/telemetry", b"x")
+        other = p.publish("mqbatch/pw-2/telemetry", b"x")
+        p.close()
+        nocert = Probe("127.0.0.1", mtls_port, ca, "pw-2", "pw-2",
+                       json.loads((d / "devices" / "pw-2" / "config.json").read_text())["broker"]["password"])
+        nocert.close()
+        print(f"cert-1 on the mTLS port: CONNACK {p.connack}, own topic {own}, pw-2's topic {other}; "
+              f"a password client there: {nocert.connack}")
+        assert p.connack == "0x00 Success" and other.startswith("0x87")
+        assert int(own.split()[0], 16) < 0x80
+        assert nocert.connack != "0x00 Success"
+        state = json.loads((d / "fleet.json").read_text())
+        rec = RecorderThread(RecorderConfig(
+            host="127.0.0.1", port=port, landing=str(tmp_path / "landing"), client_id=state["recorder"]["client_id"],
+            cafile=str(ca), username="recorder", password=(d / "recorder" / "password").read_text().strip(),
+            progress_seconds=3600, roll_seconds=0.5)).start()
+        with fleet.virtual_devices(d, ["cert-1"], tmp_path / "run", run_for_s=1, sample_hz=10) as devs:
+            devs.start()
+            codes = devs.wait(120)
+            s = devs.summaries().get("cert-1", {})
+            console = devs.console("cert-1")[-1500:]
+        assert codes == {"cert-1": 0} and s.get("outbox_depth") == 0 and s.get("acked_records", 0) > 0, console
+        wait_until(lambda: rec.recorder.acked >= s["acked_batches"], 20)
+        rec.stop()
+        rec = None
+        topics = {r["topic"] for r in landing.read_landing(tmp_path / "landing").to_pylist()}
+        assert topics == {"mqbatch/cert-1/telemetry"}
+    finally:
+        if rec is not None:
+            rec.stop()
+        end_process(broker, timeout=10)

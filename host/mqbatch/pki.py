@@ -209,3 +209,13 @@ def issue_server(directory: str | os.PathLike, names: list[str] | tuple[str, ...
     cert, key = _issue(names[0], ca_cert.subject, ca_key, ca=False, server=True, not_before=start, not_after=end,
                        names=tuple(names), org="mqbatch")
     return _write(pathlib.Path(directory), stem, cert, key)
+
+
+def issue_client(directory: str | os.PathLike, name: str, ca_cert: x509.Certificate, ca_key, days: int = 825,
+                 stem: str = "client") -> CertPair:
+    """A client certificate (EC P-256, clientAuth) with CN `name`, signed by the CA: with
+    Mosquitto's use_identity_as_username the CN is the account."""
+    start, end = _validity(days)
+    cert, key = _issue(name, ca_cert.subject, ca_key, ca=False, not_before=start,
+                       not_after=min(end, ca_cert.not_valid_after_utc), org="mqbatch")
+    return _write(pathlib.Path(directory), stem, cert, key)

@@ -20,7 +20,8 @@ def _init(args: argparse.Namespace) -> None:
         key_password = os.environ.get(args.ca_key_password_env, "").encode() or None
     state = fleet.init(args.dir, args.broker_host, port=args.port, bind=args.bind, ca_cert=args.ca_cert,
                        ca_key=args.ca_key, ca_key_password=key_password,
-                       save_every_change=args.save_every_change, autosave_interval=args.autosave_interval)
+                       save_every_change=args.save_every_change, autosave_interval=args.autosave_interval,
+                       mtls_port=args.mtls_port)
     fd = fleet.FleetDir(args.dir)
     print(f"fleet: created {fd.root} for broker {', '.join(state['broker']['hosts'])} port {state['broker']['port']}")
     print(f"fleet: next: mqbatch fleet add {fd.root} DEVICE...; then mosquitto -c {fd.conf}")
@@ -33,9 +34,9 @@ def _add(args: argparse.Namespace) -> None:
     elif args.wifi_ssid is not None and args.board != "unix" and sys.stdin.isatty():
         wifi_password = getpass.getpass(f"Wi-Fi password for {args.wifi_ssid}: ")
     paths = fleet.add(args.dir, args.devices, board=args.board, rotate=args.rotate,
-                      wifi_ssid=args.wifi_ssid, wifi_password=wifi_password)
+                      wifi_ssid=args.wifi_ssid, wifi_password=wifi_password, client_cert=args.client_cert)
     for dev, path in zip(args.devices, paths):
-        print(f"fleet: {dev}: {path} (0600: holds its password)")
+        print(f"fleet: {dev}: {path} (0600: holds its " + ("key file name)" if args.client_cert else "password)"))
     print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fleet.FleetDir(args.dir).conf})")
 
 
@@ -75,6 +76,8 @@ def register(sub) -> None:
                    help="name or IP address devices use to reach the broker (repeat for more names in the certificate; "
                         "the first goes into the device configs)")
     i.add_argument("--port", type=int, default=fleet.DEFAULT_PORT, help="TLS listener port (default 8883)")
+    i.add_argument("--mtls-port", type=int,
+                   help="also a listener where devices log in by client certificate (CN = device id; fleet's own CA only)")
     i.add_argument("--bind", help="address the listener binds to (default: all addresses)")
     i.add_argument("--ca-cert", help="your CA's certificate (PEM); default: a new CA in DIR/pki")
     i.add_argument("--ca-key", help="your CA's private key (PEM; used once, not copied)")
@@ -89,6 +92,8 @@ def register(sub) -> None:
     a.add_argument("devices", nargs="+", metavar="DEVICE")
     a.add_argument("--board", choices=BOARD_NAMES, default="unix")
     a.add_argument("--rotate", action="store_true", help="give existing devices a new password")
+    a.add_argument("--client-cert", action="store_true",
+                   help="a client certificate instead of a password (the --mtls-port listener)")
     a.add_argument("--wifi-ssid")
     a.add_argument("--wifi-password-file", help="file holding the Wi-Fi password (else asked on a terminal)")
     a.set_defaults(action=_add)
