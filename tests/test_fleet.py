@@ -300,6 +300,23 @@ def test_mutual_tls_device_runs_with_its_client_certificate(tmp_path):
         rec = None
         topics = {r["topic"] for r in landing.read_landing(tmp_path / "landing").to_pylist()}
         assert topics == {"mqbatch/cert-1/telemetry"}
+        # rotating the device's certificate revokes the old one (CRL) at the broker's restart
+        old = tmp_path / "old"
+        old.mkdir()
+        for name in ("client.crt", "client.key"):
+            (old / name).write_bytes((dev / name).read_bytes())
+        assert main(["fleet", "add", str(d), "cert-1", "--client-cert", "--rotate"]) == 0
+        end_process(broker, timeout=10)
+        broker = start_mosquitto(d / "broker" / "mosquitto.conf", port)
+        answers = []
+        for folder in (old, dev):
+            p = Probe("127.0.0.1", mtls_port, ca, "cert-1", None, None, certfile=folder / "client.crt",
+                      keyfile=folder / "client.key")
+            p.close()
+            answers.append(p.connack)
+        print(f"after rotation: old certificate {answers[0]}, new certificate {answers[1]}")
+        assert answers[0] != "0x00 Success" and answers[1] == "0x00 Success"
+        assert json.loads((d / "fleet.json").read_text())["revoked"][0]["device"] == "cert-1"
     finally:
         if rec is not None:
             rec.stop()

@@ -219,3 +219,18 @@ def issue_client(directory: str | os.PathLike, name: str, ca_cert: x509.Certific
     cert, key = _issue(name, ca_cert.subject, ca_key, ca=False, not_before=start,
                        not_after=min(end, ca_cert.not_valid_after_utc), org="mqbatch")
     return _write(pathlib.Path(directory), stem, cert, key)
+
+
+def write_crl(path: str | os.PathLike, ca_cert: x509.Certificate, ca_key, revoked_serials) -> pathlib.Path:
+    """A CRL (PEM) signed by the CA that revokes `revoked_serials`; it stays valid as
+    long as the CA (an expired CRL would make OpenSSL refuse every client certificate)."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+               .last_update(now - _dt.timedelta(hours=1)).next_update(ca_cert.not_valid_after_utc))
+    for serial in sorted(set(revoked_serials)):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now - _dt.timedelta(hours=1)).build())
+    path = pathlib.Path(path)
+    path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    os.chmod(path, 0o644)
+    return path
