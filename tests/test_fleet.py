@@ -116,6 +116,9 @@ def test_add_refuses_an_existing_device_unless_rotate(fleet_dir, capsys):
     assert new["kitchen-1"] != old["kitchen-1"]
     assert main(["fleet", "init", str(d), "--broker-host", "x"]) == 1
     assert "is a fleet already" in capsys.readouterr().err
+    for bad in ("bröker.lan", "two words", "-x.lan", "a..b"):
+        assert main(["fleet", "init", str(d.parent / "new"), f"--broker-host={bad}"]) == 1
+        assert "--broker-host" in capsys.readouterr().err and not (d.parent / "new").exists()
 
 
 def test_walk_through_devices_land_through_the_generated_broker(fleet_dir, tmp_path):
@@ -200,12 +203,21 @@ def test_add_and_rotate_take_effect_when_the_broker_restarts(fleet_dir):
         broker = start_mosquitto(conf, port)
         after = (connack("new-3", password("new-3")), connack("garage-2", old_garage),
                  connack("garage-2", password("garage-2")), connack("kitchen-1", password("kitchen-1")))
+        # remove: the account is gone at the restart, and so are the device's files
+        new3 = password("new-3")
+        assert main(["fleet", "remove", str(d), "new-3"]) == 0
+        assert not (d / "devices" / "new-3").exists() and "new-3" not in json.loads((d / "fleet.json").read_text())["devices"]
+        end_process(broker, timeout=10)
+        broker = start_mosquitto(conf, port)
+        removed = connack("new-3", new3)
     finally:
         end_process(broker, timeout=10)
     print(f"before the restart: {before}; after: {after}")
     assert before[0] != "0x00 Success" and before[1] == "0x00 Success"
     assert after[0] == "0x00 Success" and after[1] != "0x00 Success"
     assert after[2:] == ("0x00 Success", "0x00 Success")
+    assert removed != "0x00 Success", removed
+    assert main(["fleet", "remove", str(d), "new-3"]) == 1
 
 
 def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):

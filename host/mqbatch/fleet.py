@@ -29,12 +29,14 @@ restart Mosquitto after `fleet add`.
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
 import json
 import os
 import pathlib
 import pwd
 import re
 import secrets
+import shutil
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -52,6 +54,8 @@ AUTOSAVE_INTERVAL = 60     # seconds: what a broker crash can lose of the queued
 # mosquitto.conf keys that belong to the listener; every other option is global
 LISTENER_KEYS = ("certfile", "keyfile", "cafile", "tls_version", "ciphers", "require_certificate",
                  "use_identity_as_username", "use_username_as_clientid")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\Z")
 _DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
@@ -81,6 +85,14 @@ def _write(path: pathlib.Path, data: str | bytes, mode: int = 0o600) -> pathlib.
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def _host_ok(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return bool(_DNS_NAME.match(name)) and len(name) <= 253
 
 
 def check_device_id(device_id: str) -> str:
@@ -224,8 +236,10 @@ def init(root: str | os.PathLike, hosts: list[str], *, port: int = DEFAULT_PORT,
         raise FleetError(f"{fd.root} is a fleet already ({FLEET_FILE} exists); add devices with `mqbatch fleet add`")
     if fd.root.exists() and any(fd.root.iterdir()):
         raise FleetError(f"{fd.root} is not empty; choose a new directory")
-    if not hosts or any(not h or any(c.isspace() for c in h) for h in hosts):
-        raise FleetError(f"--broker-host {hosts!r}: give the name (or address) devices use to reach the broker")
+    bad = [h for h in hosts if not _host_ok(h)]
+    if not hosts or bad:
+        raise FleetError(f"--broker-host {', '.join(map(repr, bad))}: give the DNS name (ASCII) or IP address "
+                         "devices use to reach the broker")
     for p in (port, mtls_port):
         if p is not None and not 1 <= p <= 65535:
             raise FleetError(f"port {p} is not a TCP port (1-65535)")
@@ -241,28 +255,46 @@ def init(root: str | os.PathLike, hosts: list[str], *, port: int = DEFAULT_PORT,
             cert, key = load_ca(ca_cert, ca_key, ca_key_password)
         except (OSError, ValueError, TypeError) as e:
             raise FleetError(f"your CA cannot be used: {e}") from None
-    for d in (fd.root, fd.pki, fd.broker, fd.recorder_password.parent, fd.root / "devices"):
-        _private_dir(d)
-    if ca_cert is None:
-        pair = make_ca(fd.pki, f"mqbatch fleet CA {hosts[0]}")
-        cert, key = load_ca(pair.cert, pair.key)
-    else:
-        _write(fd.ca_cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-        _write(fd.pki / "ca.der", cert.public_bytes(serialization.Encoding.DER), 0o644)
-    issue_server(fd.pki, hosts, cert, key)
-    password = secrets.token_urlsafe(24)
-    _write(fd.recorder_password, password + "\n", 0o600)
-    state = {"version": 1, "created": _now(),
-             "broker": {"hosts": list(hosts), "port": port, "mtls_port": mtls_port, "bind": bind, "save_every_change": save_every_change,
-                        "autosave_interval": autosave_interval},
-             "ca": {"cert": "pki/ca.crt", "key": "pki/ca.key" if ca_cert is None else None,
-                    "own": ca_cert is None},
-             "recorder": {"username": RECORDER, "client_id": RECORDER_CLIENT_ID,
-                          "password_file": "recorder/password"},
-             "devices": {}}
-    _write_broker(fd, state, {RECORDER: password})
-    fd.save(state)
+    if not DYNSEC_PLUGIN.exists():
+        raise FleetError(f"the dynamic-security plugin {DYNSEC_PLUGIN} is missing (Debian package mosquitto)")
+    existed = fd.root.exists()
+    try:
+        for d in (fd.root, fd.pki, fd.broker, fd.recorder_password.parent, fd.root / "devices"):
+            _private_dir(d)
+        if ca_cert is None:
+            pair = make_ca(fd.pki, f"mqbatch fleet CA {hosts[0]}")
+            cert, key = load_ca(pair.cert, pair.key)
+        else:
+            _write(fd.ca_cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+            _write(fd.pki / "ca.der", cert.public_bytes(serialization.Encoding.DER), 0o644)
+        issue_server(fd.pki, hosts, cert, key)
+        password = secrets.token_urlsafe(24)
+        _write(fd.recorder_password, password + "\n", 0o600)
+        state = {"version": 1, "created": _now(),
+                 "broker": {"hosts": list(hosts), "port": port, "mtls_port": mtls_port, "bind": bind,
+                            "save_every_change": save_every_change, "autosave_interval": autosave_interval},
+                 "ca": {"cert": "pki/ca.crt", "key": "pki/ca.key" if ca_cert is None else None,
+                        "own": ca_cert is None},
+                 "recorder": {"username": RECORDER, "client_id": RECORDER_CLIENT_ID,
+                              "password_file": "recorder/password"},
+                 "devices": {}}
+        _write_broker(fd, state, {RECORDER: password})
+        fd.save(state)
+    except BaseException:
+        _undo_init(fd, existed)      # nothing half-made is left behind
+        raise
     return state
+
+
+def _undo_init(fd: FleetDir, keep_root: bool) -> None:
+    if not keep_root:
+        shutil.rmtree(fd.root)
+        return
+    for child in fd.root.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _device_config(board: str, device_id: str, password: str, state: dict,
@@ -321,9 +353,7 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
     now = _now()
     for dev in device_ids:
         entry = state["devices"].get(dev, {"added": now})
-        if entry.get("client_cert"):
-            old = x509.load_pem_x509_certificate((fd.root / entry["client_cert"]).read_bytes())
-            state.setdefault("revoked", []).append({"device": dev, "serial": f"{old.serial_number:x}", "revoked": now})
+        _revoke(fd, state, dev, now)
         entry.update(board=board, dir=f"devices/{dev}", config=f"devices/{dev}/config.json",
                      client_cert=f"devices/{dev}/client.crt" if client_cert else None)
         if dev in existing:
@@ -345,6 +375,33 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
         written.append(_write(d / "config.json", json.dumps(configs[dev], indent=1) + "\n", 0o600))
     fd.save(state)
     return written
+
+
+def _revoke(fd: FleetDir, state: dict, dev: str, now: str) -> None:
+    """List the device's current client certificate (if any) as revoked (the CRL is
+    written with the broker's files)."""
+    entry = state["devices"].get(dev) or {}
+    if entry.get("client_cert"):
+        old = x509.load_pem_x509_certificate((fd.root / entry["client_cert"]).read_bytes())
+        state.setdefault("revoked", []).append({"device": dev, "serial": f"{old.serial_number:x}", "revoked": now})
+
+
+def remove(root: str | os.PathLike, device_ids: list[str]) -> None:
+    """Delete the devices' accounts (effective at the broker's restart), revoke their
+    client certificates and delete their directories (they hold their secrets)."""
+    fd = FleetDir(root)
+    state = fd.load()
+    unknown = [d for d in device_ids if d not in state["devices"]]
+    if unknown or not device_ids:
+        raise FleetError(f"not in the fleet: {', '.join(unknown) or '(no device named)'}")
+    now = _now()
+    for dev in device_ids:
+        _revoke(fd, state, dev, now)
+        del state["devices"][dev]
+    _write_broker(fd, state, {})
+    fd.save(state)
+    for dev in device_ids:
+        shutil.rmtree(fd.device_dir(dev), ignore_errors=False)
 
 
 def ingest_command(fd: FleetDir, state: dict, landing: str = "LANDING_DIR") -> str:

@@ -1,4 +1,4 @@
-"""`mqbatch fleet init|add|show|run`: set up a real Mosquitto broker for your own
+"""`mqbatch fleet init|add|remove|show|run`: set up a real Mosquitto broker for your own
 devices (CA, server certificate, accounts, policy, per-device config.json).
 docs/fleet.md walks from nothing to a device landing telemetry."""
 from __future__ import annotations
@@ -38,6 +38,11 @@ def _add(args: argparse.Namespace) -> None:
     for dev, path in zip(args.devices, paths):
         print(f"fleet: {dev}: {path} (0600: holds its " + ("key file name)" if args.client_cert else "password)"))
     print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fleet.FleetDir(args.dir).conf})")
+
+
+def _remove(args: argparse.Namespace) -> None:
+    fleet.remove(args.dir, args.devices)
+    print(f"fleet: removed {', '.join(args.devices)}; restart mosquitto to drop their accounts")
 
 
 def _show(args: argparse.Namespace) -> None:
@@ -97,6 +102,10 @@ def register(sub) -> None:
     a.add_argument("--wifi-ssid")
     a.add_argument("--wifi-password-file", help="file holding the Wi-Fi password (else asked on a terminal)")
     a.set_defaults(action=_add)
+    rm = acts.add_parser("remove", help="delete devices: account, certificate (revoked), config directory")
+    rm.add_argument("dir")
+    rm.add_argument("devices", nargs="+", metavar="DEVICE")
+    rm.set_defaults(action=_remove)
     s = acts.add_parser("show", help="list the broker files and devices (no secrets)")
     s.add_argument("dir")
     s.set_defaults(action=_show)
