@@ -360,6 +360,7 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
             entry["rotated"] = now
         state["devices"][dev] = entry
     _write_broker(fd, state, passwords)       # raises before any device file if a hash is missing
+    fd.save(state)                            # with the revocations: a failure below needs a rerun with --rotate
     written = []
     for dev in device_ids:
         d = _private_dir(fd.device_dir(dev))
@@ -373,7 +374,6 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
             for stale in ("client.crt", "client.der", "client.key", "client.key.der"):
                 (d / stale).unlink(missing_ok=True)     # a rotated device goes back to its password
         written.append(_write(d / "config.json", json.dumps(configs[dev], indent=1) + "\n", 0o600))
-    fd.save(state)
     return written
 
 
