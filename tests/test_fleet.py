@@ -105,6 +105,10 @@ def test_add_refuses_an_existing_device_unless_rotate(fleet_dir, capsys):
     assert (d / "broker" / "dynamic-security.json").read_text() == policy_before
     assert main(["fleet", "add", str(d), "../x"]) == 1
     assert "not usable" in capsys.readouterr().err
+    for name, why in (("recorder", "the recorder's account"), ("mqbatch-recorder-1", "the recorder's client id"),
+                      ("127.0.0.1", "a name of the broker's certificate")):
+        assert main(["fleet", "add", str(d), name]) == 1
+        assert why in capsys.readouterr().err
     assert main(["fleet", "add", str(d), "kitchen-1", "--rotate"]) == 0
     assert json.loads(cfg.read_text())["broker"]["password"] != json.loads(before)["broker"]["password"]
     state = json.loads((d / "fleet.json").read_text())
@@ -235,6 +239,9 @@ def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):
         "127.0.0.1", "127.0.0.1", port, "porch-4", "ca.der", True)
     assert (d / "devices" / "porch-4" / "ca.der").read_bytes() == (d / "pki" / "ca.der").read_bytes()
     assert "wifi-secret-123" not in capsys.readouterr().out
+    assert main(["fleet", "add", str(d), "porch-4", "--board", "esp32", "--rotate"]) == 0   # keeps the Wi-Fi
+    rotated = json.loads((d / "devices" / "porch-4" / "config.json").read_text())
+    assert rotated["wifi"] == cfg["wifi"] and rotated["broker"]["password"] != b["password"]
     assert main(["fleet", "add", str(d), "porch-5", "--board", "unix", "--wifi-ssid", "home"]) == 1
     assert "no Wi-Fi settings" in capsys.readouterr().err and not (d / "devices" / "porch-5").exists()
 

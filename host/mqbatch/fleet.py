@@ -1,4 +1,4 @@
-"""Provision a real broker for your own devices: `mqbatch fleet init|add|show`.
+"""Provision a real broker for your own devices: `mqbatch fleet init|add|remove|show|run`.
 
 A fleet directory holds everything one Mosquitto 2.0 broker and its devices need::
 
@@ -12,6 +12,8 @@ A fleet directory holds everything one Mosquitto 2.0 broker and its devices need
     DIR/recorder/password           the recorder's password (0600), for `mqbatch ingest --password-file`
     DIR/devices/<id>/config.json    the device's config (holds its password: 0600)
     DIR/devices/<id>/ca.der         the CA for the device (DER: no PEM parsing on the board)
+    DIR/devices/<id>/client.*       with mutual TLS (init mtls_port, add client_cert): its certificate, key 0600
+    DIR/pki/ca.crl                  with mutual TLS: the revoked client certificates
 
 Directories are 0700, every file holding a secret 0600; passwords are random
 (secrets.token_urlsafe) and never printed. The policy is mqbatch.brokerconf's:
@@ -24,7 +26,9 @@ restart Mosquitto after `fleet add`.
 
     init(dir, ["broker.lan"], port=8883)          # CA, server cert, recorder, broker config
     add(dir, ["dev-001", "dev-002"], board="esp32", wifi_ssid="home", wifi_password=...)
+    remove(dir, ["dev-002"])                       # account, certificate (revoked) and files gone
     show(dir)                                      # lines for the user, no secrets
+    virtual_devices(dir, ["dev-001"], run_dir, run_for_s=30)   # unix devices as mqbatch.devices.Fleet
 """
 from __future__ import annotations
 
@@ -208,7 +212,10 @@ def broker_conf(fd: FleetDir, state: dict, policy: Policy) -> str:
 def _write_broker(fd: FleetDir, state: dict, new_passwords: dict[str, str]) -> None:
     if not DYNSEC_PLUGIN.exists():
         raise FleetError(f"the dynamic-security plugin {DYNSEC_PLUGIN} is missing (Debian package mosquitto)")
-    policy = _policy(state)
+    try:
+        policy = _policy(state)
+    except ValueError as e:          # a name brokerconf refuses (e.g. a client id taken)
+        raise FleetError(str(e)) from None
     doc = _dynamic_security(fd, policy, new_passwords)
     _private_dir(fd.broker / "data")
     _write(fd.dynsec, json.dumps(doc, indent=1) + "\n", 0o600)
@@ -240,6 +247,8 @@ def init(root: str | os.PathLike, hosts: list[str], *, port: int = DEFAULT_PORT,
     if not hosts or bad:
         raise FleetError(f"--broker-host {', '.join(map(repr, bad))}: give the DNS name (ASCII) or IP address "
                          "devices use to reach the broker")
+    if bind is not None and not _host_ok(bind):
+        raise FleetError(f"--bind {bind!r}: give the IP address (or host name) the listener binds to")
     for p in (port, mtls_port):
         if p is not None and not 1 <= p <= 65535:
             raise FleetError(f"port {p} is not a TCP port (1-65535)")
@@ -338,8 +347,11 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
     dupes = sorted({d for d in device_ids if device_ids.count(d) > 1})
     if dupes:
         raise FleetError(f"named more than once: {', '.join(dupes)}")
-    if state["recorder"]["username"] in device_ids:
-        raise FleetError(f"{state['recorder']['username']!r} is the recorder's account")
+    taken = {state["recorder"]["username"]: "the recorder's account", state["recorder"]["client_id"]:
+             "the recorder's client id", **{h: "a name of the broker's certificate" for h in state["broker"]["hosts"]}}
+    clash = [f"{d!r} is {taken[d]}" for d in device_ids if d in taken]
+    if clash:
+        raise FleetError("; ".join(clash))
     if client_cert and not state["broker"].get("mtls_port"):
         raise FleetError("--client-cert needs a fleet made with `fleet init --mtls-port PORT`")
     existing = [d for d in device_ids if d in state["devices"]]
@@ -348,7 +360,13 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
     configs = {}
     passwords = {dev: secrets.token_urlsafe(18) for dev in device_ids}
     for dev in device_ids:
-        configs[dev] = _device_config(board, dev, passwords[dev], state, wifi_ssid, wifi_password)
+        ssid, wifi_pw = wifi_ssid, wifi_password
+        old = fd.device_dir(dev) / "config.json"
+        if dev in existing and board != "unix" and old.exists():     # a rotation keeps the Wi-Fi settings
+            old_wifi = json.loads(old.read_text(encoding="utf-8")).get("wifi") or {}
+            ssid = ssid if ssid is not None else old_wifi.get("ssid")
+            wifi_pw = wifi_pw if wifi_pw is not None else old_wifi.get("password")
+        configs[dev] = _device_config(board, dev, passwords[dev], state, ssid, wifi_pw)
     ca_der = (fd.pki / "ca.der").read_bytes()
     now = _now()
     for dev in device_ids:
