@@ -36,7 +36,8 @@ def _add(args: argparse.Namespace) -> None:
     paths = fleet.add(args.dir, args.devices, board=args.board, rotate=args.rotate,
                       wifi_ssid=args.wifi_ssid, wifi_password=wifi_password, client_cert=args.client_cert)
     for dev, path in zip(args.devices, paths):
-        print(f"fleet: {dev}: {path} (0600: holds its " + ("key file name)" if args.client_cert else "password)"))
+        secret = f"key {path.parent / 'client.key.der'}" if args.client_cert else "password in config.json"
+        print(f"fleet: {dev}: {path} (its {secret}: 0600)")
     print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fleet.FleetDir(args.dir).conf})")
 
 
