@@ -19,6 +19,7 @@ COMMANDS = [
     "demo",
     "deploy",
     "devices",
+    "fleet",
     "ingest",
     "spark",
     "vboard",

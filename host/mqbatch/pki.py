@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVER_NAMES = ("localhost", "127.0.0.1")
@@ -71,8 +71,8 @@ class Pki:
             raise KeyError(f"no client certificate {name!r}; have {sorted(self.clients)}") from None
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "mqbatch test"),
+def _name(cn: str, org: str = "mqbatch test") -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
                       x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
@@ -92,12 +92,19 @@ def _write(directory: pathlib.Path, stem: str, cert: x509.Certificate, key: ec.E
     return paths
 
 
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def _issue(subject: str, issuer_name: x509.Name | None, issuer_key, *, ca: bool, server: bool = False,
-           not_before: _dt.datetime, not_after: _dt.datetime):
+           not_before: _dt.datetime, not_after: _dt.datetime, names=SERVER_NAMES, org: str = "mqbatch test"):
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (x509.CertificateBuilder()
-               .subject_name(_name(subject))
-               .issuer_name(issuer_name or _name(subject))
+               .subject_name(_name(subject, org))
+               .issuer_name(issuer_name or _name(subject, org))
                .public_key(key.public_key())
                .serial_number(x509.random_serial_number())
                .not_valid_before(not_before)
@@ -117,8 +124,7 @@ def _issue(subject: str, issuer_name: x509.Name | None, issuer_key, *, ca: bool,
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        builder = builder.add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
     cert = builder.sign(issuer_key or key, hashes.SHA256())
     return cert, key
 
@@ -153,3 +159,78 @@ def make_pki(directory: str | os.PathLike, clients: list[str] | tuple[str, ...] 
         c_cert, c_key = _issue(name, ca_cert.subject, ca_key, ca=False, not_before=start, not_after=end)
         issued[name] = _write(directory, f"client-{name}", c_cert, c_key)
     return Pki(directory, ca, other, server, expired, issued)
+
+
+# -- a long-lived CA and server certificate for a real broker (mqbatch fleet) -----------
+
+def _validity(days: int) -> tuple[_dt.datetime, _dt.datetime]:
+    now = _dt.datetime.now(_dt.timezone.utc)
+    return now - _dt.timedelta(hours=1), now + _dt.timedelta(days=days)
+
+
+def make_ca(directory: str | os.PathLike, common_name: str, days: int = 3650, stem: str = "ca") -> CertPair:
+    """A new CA (EC P-256, may sign end-entity certificates only) in `directory`:
+    <stem>.crt/.der public (0644), <stem>.key/.key.der private (0600)."""
+    start, end = _validity(days)
+    cert, key = _issue(common_name, None, None, ca=True, not_before=start, not_after=end, org="mqbatch")
+    return _write(pathlib.Path(directory), stem, cert, key)
+
+
+def load_ca(cert_path: str | os.PathLike, key_path: str | os.PathLike, key_password: bytes | None = None):
+    """The (certificate, private key) of an existing CA from PEM files. Raises
+    ValueError saying why they cannot sign (not a CA, expired, key does not match,
+    key type without a SHA-256 signature)."""
+    cert = x509.load_pem_x509_certificate(pathlib.Path(cert_path).read_bytes())
+    key = serialization.load_pem_private_key(pathlib.Path(key_path).read_bytes(), password=key_password)
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise ValueError(f"{cert_path} is not a CA certificate (no BasicConstraints CA:TRUE)")
+    if cert.not_valid_after_utc <= _dt.datetime.now(_dt.timezone.utc):
+        raise ValueError(f"{cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d}")
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise ValueError(f"{key_path}: only EC and RSA CA keys are supported (signatures are SHA-256)")
+    if key.public_key().public_numbers() != cert.public_key().public_numbers():
+        raise ValueError(f"{key_path} is not the private key of {cert_path}")
+    return cert, key
+
+
+def issue_server(directory: str | os.PathLike, names: list[str] | tuple[str, ...], ca_cert: x509.Certificate,
+                 ca_key, days: int = 825, stem: str = "server") -> CertPair:
+    """A server certificate (EC P-256, serverAuth) for `names` (CN = the first; SAN: an IP
+    address entry for each IP, a DNS entry for each other name), signed by the CA,
+    valid `days` days (not beyond the CA) from one hour ago."""
+    if not names:
+        raise ValueError("a server certificate needs at least one name")
+    start, end = _validity(days)
+    end = min(end, ca_cert.not_valid_after_utc)
+    cert, key = _issue(names[0], ca_cert.subject, ca_key, ca=False, server=True, not_before=start, not_after=end,
+                       names=tuple(names), org="mqbatch")
+    return _write(pathlib.Path(directory), stem, cert, key)
+
+
+def issue_client(directory: str | os.PathLike, name: str, ca_cert: x509.Certificate, ca_key, days: int = 825,
+                 stem: str = "client") -> CertPair:
+    """A client certificate (EC P-256, clientAuth) with CN `name`, signed by the CA: with
+    Mosquitto's use_identity_as_username the CN is the account."""
+    start, end = _validity(days)
+    cert, key = _issue(name, ca_cert.subject, ca_key, ca=False, not_before=start,
+                       not_after=min(end, ca_cert.not_valid_after_utc), org="mqbatch")
+    return _write(pathlib.Path(directory), stem, cert, key)
+
+
+def write_crl(path: str | os.PathLike, ca_cert: x509.Certificate, ca_key, revoked_serials) -> pathlib.Path:
+    """A CRL (PEM) signed by the CA that revokes `revoked_serials`; it stays valid as
+    long as the CA (an expired CRL would make OpenSSL refuse every client certificate)."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject)
+               .last_update(now - _dt.timedelta(hours=1)).next_update(ca_cert.not_valid_after_utc))
+    for serial in sorted(set(revoked_serials)):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now - _dt.timedelta(hours=1)).build())
+    path = pathlib.Path(path)
+    path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    os.chmod(path, 0o644)
+    return path
