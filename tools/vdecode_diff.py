@@ -32,13 +32,9 @@ T0_MS = 1_795_000_000_000
 
 
 def reference_module():
-    """The module holding the reference `decode_batches`, `JobOptions`, `_arrow_schema`.
-    The one place to re-point when the job moves (host/mqbatch/spark/)."""
-    path = str(ROOT / "spark_jobs")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import telemetry_job
-    return telemetry_job
+    """The module holding the reference `decode_batches`, `JobOptions`, `_arrow_schema`."""
+    from mqbatch.spark import decoder
+    return decoder
 
 
 # -- generators -------------------------------------------------------------------

@@ -30,6 +30,7 @@ READING = struct.Struct("<Bi")          # channel, value
 U32_MAX = 0xFFFF_FFFF
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 MAX_FUTURE_MS = 86_400_000              # device time more than 1 day after received_at
+MAX_TS_MS = 253_402_300_799_999         # 9999-12-31T23:59:59.999Z: the last time a Spark timestamp holds
 
 SAMPLE, HEALTH = "sample", "health"
 KINDS = {1: SAMPLE, 2: HEALTH}
@@ -195,8 +196,9 @@ def _parse_json(data: bytes) -> Record:
     for key in ("boot", "seq"):
         if not _is_int(top[key]) or not 0 <= top[key] <= U32_MAX:
             raise RecordError(MALFORMED, f"JSON record '{key}' must be an integer 0..{U32_MAX}, got {top[key]!r:.40}")
-    if not _is_int(top["ts_ms"]) or top["ts_ms"] < 0:
-        raise RecordError(MALFORMED, f"JSON record 'ts_ms' must be a non-negative integer, got {top['ts_ms']!r:.40}")
+    if not _is_int(top["ts_ms"]) or not 0 <= top["ts_ms"] <= MAX_TS_MS:
+        raise RecordError(MALFORMED, f"JSON record 'ts_ms' must be an integer 0..{MAX_TS_MS} (up to the year 9999), "
+                                     f"got {top['ts_ms']!r:.40}")
     if not isinstance(top["synced"], bool):
         raise RecordError(MALFORMED, f"JSON record 'synced' must be true or false, got {top['synced']!r:.40}")
     if not isinstance(top["r"], _Pairs):

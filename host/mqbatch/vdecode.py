@@ -55,11 +55,12 @@ DECODED = pa.schema(list(LANDED) + [
 
 STATUSES = (codec.OK, codec.PARTIAL, codec.DISCARDED)
 STAGES = ("batch", "topic", "record")
-REASONS = codec.REASON_CODES + (records.TOPIC_INVALID,) + records.RECORD_REASONS
+REASONS = codec.REASON_CODES + (records.TOPIC_INVALID, records.DEVICE_ID_INVALID) + records.RECORD_REASONS
 _R = {r: i for i, r in enumerate(REASONS)}
 _OK, _PARTIAL, _DISCARDED = range(3)
 _BATCH, _TOPIC, _RECORD = range(3)
 _PREFIX, _SUFFIX = "mqbatch/", "/telemetry"
+_TOPIC_OK = f"^{_PREFIX}{records.DEVICE_ID_RE.pattern}{_SUFFIX}$"   # TOPIC_RE and DEVICE_ID_RE together
 
 # channel tables indexed by the channel byte
 _KNOWN = np.zeros(256, bool)
@@ -163,14 +164,15 @@ def _batch_rows(out, rows, pos, breason, props, payload, topics, opts, stats) ->
 
 
 def _topic_rows(out, rows, pos, topics, stats) -> None:
-    """The topic rows (records on a topic that is not mqbatch/<device>/telemetry); detail by the reference."""
+    """The topic rows (records on a topic that is not mqbatch/<device>/telemetry, or whose device
+    id is not allowed); reason and detail by the reference."""
     out.stage[pos[rows]] = _TOPIC
-    out.reason[pos[rows]] = _R[records.TOPIC_INVALID]
     stats["fallback_rows"] = stats.get("fallback_rows", 0) + len(rows)
     for i in rows:
         try:
             records.device_from_topic(topics[i].as_py())
         except records.RecordError as e:
+            out.reason[pos[i]] = _R[e.reason]
             out.details.append((pos[i], e.detail))
         else:
             stats["mismatch"] = stats.get("mismatch", 0) + 1
@@ -376,11 +378,10 @@ def _exceeds(size: pa.Array, digits: np.ndarray, syntax: np.ndarray, limit: int)
 # -- landed-row level: topic, batch id --------------------------------------------
 
 def _topic_ok(topics: pa.Array) -> np.ndarray:
-    """fullmatch of records.TOPIC_RE (mqbatch/<no slash>/telemetry), vectorised."""
-    ok = pc.and_(pc.and_(pc.starts_with(topics, _PREFIX), pc.ends_with(topics, _SUFFIX)),
-                 pc.and_(pc.equal(pc.count_substring(topics, "/"), 2),
-                         pc.greater(pc.binary_length(topics), len(_PREFIX) + len(_SUFFIX))))
-    return ok.to_numpy(zero_copy_only=False)
+    """records.device_from_topic accepts the topic: mqbatch/<device id>/telemetry with the id
+    1..MAX_DEVICE_ID of records.DEVICE_ID_RE's alphabet, vectorised."""
+    ok = pc.match_substring_regex(topics, _TOPIC_OK)
+    return pc.fill_null(ok, False).to_numpy(zero_copy_only=False)
 
 
 def _device(topics: pa.Array) -> pa.Array:

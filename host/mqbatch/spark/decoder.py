@@ -2,18 +2,20 @@
 structure, mqbatch.records for the topic and each sub-message. Every failure of a
 landed row or of a record becomes a row with a reason; nothing raises on hostile input.
 
-`decode_arrow(batch, opts)` is the one function the pipeline calls per Arrow batch
-(mqbatch.spark.pipeline.DECODE_ARROW); a vectorised decoder with the same signature
-and the same output replaces it there."""
+`decode_arrow(batch, opts)` here is the reference path: readable, per row. The pipeline
+runs `decode_vectorised` (mqbatch.spark.pipeline.DECODE_ARROW): mqbatch.vdecode, the
+same output computed over the whole Arrow batch (tests/test_vdecode.py requires them
+equal), with this reference path for a batch the vectorised decoder cannot handle."""
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Iterator
 
 import pyarrow as pa
 
-from mqbatch import codec, records
+from mqbatch import codec, records, vdecode
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.schema import DECODED_SCHEMA, LANDED_COLUMNS
 
@@ -112,3 +114,16 @@ def decode_batches(batches: Iterator[pa.RecordBatch], opts: JobOptions) -> Itera
     """mapInArrow body: landed Arrow batches in, decoded Arrow batches out."""
     for batch in batches:
         yield decode_arrow(batch, opts)
+
+
+def decode_vectorised(batch: pa.RecordBatch, opts: JobOptions) -> pa.RecordBatch:
+    """mqbatch.vdecode.decode_arrow; should it fail on a batch (a bug), that batch is
+    decoded by the reference path instead and the failure is said on stderr (the
+    executor's log): the job neither stops nor loses the batch."""
+    try:
+        return vdecode.decode_arrow(batch, opts)
+    except Exception as e:   # noqa: BLE001 - any bug of the fast path falls back to the reference
+        print(f"mqbatch.spark: vectorised decoder failed on a batch of {batch.num_rows} landed rows "
+              f"({type(e).__name__}: {str(e)[:200]}); decoding it with the reference path",
+              file=sys.stderr, flush=True)
+        return decode_arrow(batch, opts)
