@@ -34,6 +34,11 @@ from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS,
 DECODE_ARROW = decode_vectorised
 
 BYTES_PER_SHUFFLE_PARTITION = 64 << 20
+# decoded rows per Arrow batch handed back to the JVM: one landed batch of 10,000
+# PUBLISHes (spark.sql.execution.arrow.maxRecordsPerBatch) of 100 records decodes
+# into 1,000,000 rows; returned whole it needs a JVM heap of that size (1 M records
+# ran a 1 GB local driver out of memory). Slices keep executor memory bounded by this.
+DECODED_ROWS_PER_BATCH = 16_384
 
 
 # -- steps --------------------------------------------------------------------------
@@ -53,7 +58,9 @@ def decode(landed: DataFrame, opts: JobOptions) -> DataFrame:
 
     def run(batches):
         for batch in batches:
-            yield decoder(batch, opts)
+            out = decoder(batch, opts)
+            for start in range(0, out.num_rows, DECODED_ROWS_PER_BATCH):
+                yield out.slice(start, DECODED_ROWS_PER_BATCH)
     return landed.select(*LANDED_COLUMNS).mapInArrow(run, DECODED_SCHEMA)
 
 
