@@ -2,6 +2,7 @@
 runs, ratios measured in the same run). Targets:
 
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
+  device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
 """
 from __future__ import annotations
 
@@ -119,7 +120,9 @@ def bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
-TARGETS = {"spark": bench_spark}
+from mqbatch import bench_device  # noqa: E402
+
+TARGETS = {"spark": bench_spark, "device": bench_device.bench_device}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,4 +138,6 @@ def register(sub) -> None:
     s.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (default 3)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
+    bench_device.add_arguments(targets.add_parser(
+        "device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop"))
     p.set_defaults(func=run)
