@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from mqbatch import codec, landing as landing_zone, records
+from mqbatch import bench_device, codec, landing as landing_zone, records
 
 T0_MS = 1_795_000_000_000
 PER_PUBLISH = 50
@@ -119,8 +119,6 @@ def bench_spark(args: argparse.Namespace) -> int:
         spark.stop()
     return 0
 
-
-from mqbatch import bench_device  # noqa: E402
 
 TARGETS = {"spark": bench_spark, "device": bench_device.bench_device}
 
