@@ -30,6 +30,7 @@ MAX_READINGS = 32
 HEADER_SIZE = 18
 READING_SIZE = 5
 SEQ_LIMIT = 1 << 30            # seq stays a small int on every port
+_SEQ_MAX = const(0x3FFFFFFF)   # SEQ_LIMIT - 1 (a small int on 32-bit ports too)
 TIME_S_LIMIT = 1 << 30         # 2054-01-10: time_s stays a small int on every port
 
 EPOCH_2020_UNIX = 1577836800   # 2020-01-01T00:00:00Z in seconds since 1970-01-01
@@ -192,6 +193,9 @@ class RecordWriter:
         self.seq = 0
         self.json = record_format == FORMAT_JSON
         self.renew_boot = renew_boot
+        self._ok = None        # the last channel tuple that passed _check, for (n, kind):
+        self._ok_n = -1        # its channel set is not checked again (values still are)
+        self._ok_kind = 0
 
     def sample(self, channels, values, n=-1):
         """Write a sample record (channels 1..6)."""
@@ -202,6 +206,9 @@ class RecordWriter:
         return self._write(_KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
 
     def _check(self, kind, chans, vals, n):
+        """Raise unless chans[:n] is a valid channel set for kind and vals holds n
+        readings. A tuple of channels (a board's CHANNELS) is immutable: once it
+        passed, _write only re-checks the values for the same (tuple, n, kind)."""
         if not 0 <= n <= MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
                              "hold them" % (n, MAX_READINGS, len(chans), len(vals)))
@@ -217,12 +224,16 @@ class RecordWriter:
             if seen & bit:
                 raise ValueError("channel 0x%02x appears twice in one record" % c)
             seen |= bit
-            v = vals[i]
-            if type(v) is not int:
-                raise TypeError("reading for channel 0x%02x must be a fixed-point int, got %s"
-                                % (c, type(v).__name__))
-            if not _I32_MIN <= v <= _I32_MAX:
-                raise ValueError("reading %d for channel 0x%02x does not fit in i32" % (v, c))
+        if type(chans) is tuple:
+            self._ok = chans
+            self._ok_n = n
+            self._ok_kind = kind
+
+    def _bad_value(self, c, v):
+        if type(v) is not int:
+            raise TypeError("reading for channel 0x%02x must be a fixed-point int, got %s"
+                            % (c, type(v).__name__))
+        raise ValueError("reading %d for channel 0x%02x does not fit in i32" % (v, c))
 
     def _next_seq(self):
         if self.seq >= SEQ_LIMIT:
@@ -234,8 +245,17 @@ class RecordWriter:
         return self.seq
 
     def _write(self, kind, chans, vals, n):
-        self._check(kind, chans, vals, n)
-        seq = self._next_seq()
+        if chans is not self._ok or n != self._ok_n or kind != self._ok_kind:
+            self._check(kind, chans, vals, n)      # the channel set (cached for a tuple)
+        elif n > len(vals):
+            self._check(kind, chans, vals, n)      # raises: values cannot hold n readings
+        for i in range(n):                         # the values, every record
+            v = vals[i]
+            if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
+                self._bad_value(chans[i], v)
+        seq = self.seq
+        if seq > _SEQ_MAX:
+            seq = self._next_seq()
         if self.json:
             return self._write_json(kind, chans, vals, n, seq)
         enc = self.enc

@@ -12,6 +12,16 @@
 # After open() the socket is non-blocking: recv() returns 0 when nothing is
 # there, send() completes the whole write (waiting for room if it must), and
 # wait() blocks on select.poll's allocation-free ipoll().
+#
+# wait() and send() poll the raw TCP socket, not the TLS object: the TLS object
+# has no file descriptor, and select.poll on the Unix port then checks it
+# every 1 ms, so a wait that just missed
+# a PUBACK slept up to 1 ms (QoS 1 stop-and-wait ran at ~0.15 of a busy loop).
+# The raw socket's fd is woken by the kernel at once. (Polling the TLS object
+# costs ~1 ms even with timeout 0: it cannot be used to look for plaintext
+# mbedTLS holds.) Bytes mbedTLS already decrypted do not show on the raw socket,
+# so wait() is for after recv() returned 0: mbedTLS then holds no plaintext,
+# and the rest of a partial record is still to come on the raw socket.
 import socket
 import select
 import sys
@@ -123,7 +133,8 @@ class Transport:
         self.close_error = None
         self._one = bytearray(1)
         self._sock = None
-        self._poll = None
+        self._raw = None
+        self._poll = None      # polls the raw socket (an fd the kernel wakes us on)
         self._ctx = None
         if plain_tcp:
             if cafile or certfile or keyfile or ssl_context:
@@ -186,8 +197,11 @@ class Transport:
                 raise TLSError(e, "%s, server_hostname=%r" % (where, self.server_hostname),
                                e.errno if isinstance(e, OSError) else _MBEDTLS_CERT_VERIFY_FAILED)
         sock.setblocking(False)
+        if sock is not raw:
+            raw.setblocking(False)
         self._poll = select.poll()
-        self._poll.register(sock, _POLL_EVENTS)
+        self._poll.register(raw, _POLL_EVENTS)
+        self._raw = raw
         self._sock = sock
         # ipoll() allocates its result tuple at its first event and reuses it after:
         # take that one-time allocation now (a new socket is writable at once)
@@ -213,11 +227,11 @@ class Transport:
                 raise TransportError("send to %s:%d stalled for %d ms" % (self.host, self.port, self.timeout_ms))
 
     def _wait_writable(self):
-        self._poll.modify(self._sock, 0x0004 | 0x0008 | 0x0010)  # POLLOUT | POLLERR | POLLHUP
+        self._poll.modify(self._raw, 0x0004 | 0x0008 | 0x0010)  # POLLOUT | POLLERR | POLLHUP
         ready = False
         for _ in self._poll.ipoll(self.timeout_ms):
             ready = True
-        self._poll.modify(self._sock, _POLL_EVENTS)
+        self._poll.modify(self._raw, _POLL_EVENTS)
         return ready
 
     def recv(self, buf, off, n):
@@ -255,7 +269,8 @@ class Transport:
         return r
 
     def wait(self, timeout_ms):
-        """Block until data (or an error) is ready to read, at most timeout_ms; True if so."""
+        """Block until data (or an error) is ready to read, at most timeout_ms; True if so.
+        Call it when recv() has returned 0 (plaintext TLS already holds is not seen here)."""
         if self._sock is None:
             return False
         for _ in self._poll.ipoll(timeout_ms):
@@ -266,7 +281,7 @@ class Transport:
         """Close the connection (idempotent). A failure to close a connection that is
         already broken is kept in .close_error rather than raised: it is gone either way."""
         sock = self._sock
-        self._sock = None
+        self._sock = self._raw = None  # closing the TLS object closes the raw socket
         if sock is not None:
             try:
                 sock.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,25 +31,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "host"), str(ROOT / "tests")]
 
 from mqbatch.baseline import BaselineUnavailable, fetch_umqtt  # noqa: E402
+from mqbatch.bench_device import MPY_TESTS, run_mpy, spread  # noqa: E402
 from mqbatch.broker import Mosquitto  # noqa: E402
 from mqbatch.paths import micropython_env, micropython_exe, venv_tool  # noqa: E402
 from mqbatch.pki import make_pki  # noqa: E402
 
-MPY_TESTS = ROOT / "tests" / "mpy"
-
 
 def run(kind: str, broker: Mosquitto, ca: str, qos: int, n: int, extra: list[str]) -> dict:
-    env = micropython_env("unix", *extra, MPY_TESTS)
-    proc = subprocess.run([str(micropython_exe()), str(MPY_TESTS / "mqtt_bench.py"), kind, broker.host,
-                           str(broker.port), ca, str(qos), str(n)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} qos {qos}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def spread(values: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}..{format(max(values), fmt)}]"
+    return run_mpy("mqtt_bench.py", [kind, broker.host, str(broker.port), ca, str(qos), str(n)], extra)
 
 
 def heap_64k(tmp: pathlib.Path, broker: Mosquitto, pki, runs: int) -> dict[str, list[int]]:

@@ -142,6 +142,28 @@ def test_bad_readings_get_clear_errors():
     assert enc.count == 0 and w.seq == 0          # nothing was written, no seq used
 
 
+def test_checks_hold_after_the_channel_layout_is_cached():
+    # A channel tuple is validated once per (tuple, n, kind); values are checked every record,
+    # and a mutable channel list (Readings.channels) is validated every time.
+    enc = BatchEncoder(bytearray(512), headroom=32)
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=1)
+    c, v = _sample()
+    assert w.sample(c, v) == 0                                   # layout of CHANNELS now cached
+    assert "fixed-point int" in str_raises(TypeError, w.sample, c, [2150, 21.5, 3300])
+    assert "i32" in str_raises(ValueError, w.sample, c, [1, 1 << 31, 3])
+    assert "must hold them" in str_raises(ValueError, w.sample, c, [1, 2])
+    assert "not allowed in a health" in str_raises(ValueError, w.health, c, v)   # same tuple, other kind
+    assert w.sample(c, v, 2) == 1 and w.sample(c, v) == 2        # other n, then back
+    r = Readings()
+    r.add(CH_FREE_HEAP, 1)
+    r.add(CH_OUTBOX_DEPTH, 2)
+    assert w.health(r.channels, r.values, r.n) == 3
+    r.channels[1] = CH_FREE_HEAP                                 # same bytearray, now a duplicate
+    assert "appears twice" in str_raises(ValueError, w.health, r.channels, r.values, r.n)
+    assert w.seq == 4 and enc.count == 4                         # nothing written by the failures
+
+
 def test_clock_advances_with_ticks_and_resyncs():
     clock, ticks = _clock(s=100, ms=0)
     ticks.t += 999

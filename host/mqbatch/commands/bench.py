@@ -2,6 +2,7 @@
 runs, ratios measured in the same run). Targets:
 
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
+  device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from mqbatch import codec, landing as landing_zone, records
+from mqbatch import bench_device, codec, landing as landing_zone, records
 
 T0_MS = 1_795_000_000_000
 PER_PUBLISH = 50
@@ -119,7 +120,7 @@ def bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
-TARGETS = {"spark": bench_spark}
+TARGETS = {"spark": bench_spark, "device": bench_device.bench_device}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,4 +136,6 @@ def register(sub) -> None:
     s.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (default 3)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
+    bench_device.add_arguments(targets.add_parser(
+        "device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop"))
     p.set_defaults(func=run)
