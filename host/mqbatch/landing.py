@@ -112,7 +112,8 @@ def _fsync_dir(path: pathlib.Path) -> None:
 
 def read_wal(path: pathlib.Path) -> tuple[list[Landed], int]:
     """The complete frames of a WAL file and the byte offset where they end
-    (a torn or corrupt tail after it was never acknowledged)."""
+    (a torn or corrupt tail after it was never acknowledged). Holds the whole
+    WAL in memory: tests and tools only; the recorder streams (iter_wal)."""
     return read_wal_bytes(path.read_bytes())
 
 
@@ -128,22 +129,77 @@ def read_wal_bytes(data: bytes) -> tuple[list[Landed], int]:
     return out, pos
 
 
-def to_table(rows: list[Landed], recorder: str, segment: int) -> pa.Table:
-    return pa.Table.from_pydict({
-        "topic": [r.topic for r in rows],
-        "payload": [bytes(r.payload) for r in rows],
-        "user_properties": [[{"key": k, "value": v} for k, v in r.user_properties] for r in rows],
-        "content_type": [r.content_type for r in rows],
-        "payload_format_indicator": [r.payload_format_indicator for r in rows],
-        "message_expiry_interval": [r.message_expiry_interval for r in rows],
-        "qos": [r.qos for r in rows],
-        "retain": [r.retain for r in rows],
-        "received_at": [r.received_at_us for r in rows],
-        "dup": [r.dup for r in rows],
-        "recorder": [recorder] * len(rows),
-        "segment": [segment] * len(rows),
-        "offset": list(range(len(rows))),
-    }, schema=SCHEMA)
+class WalReader:
+    """Reads a WAL incrementally: chunks() yields lists of Landed holding at most
+    about chunk_bytes of frames (one frame more than that only if a single frame is
+    bigger); afterwards .end is the byte offset where the complete frames end.
+    Memory: one read buffer of 1 MiB plus one chunk, whatever the WAL's size."""
+
+    READ = 1 << 20
+
+    def __init__(self, path: pathlib.Path, chunk_bytes: int = 8 << 20):
+        self.path, self.chunk_bytes, self.end = path, chunk_bytes, 0
+
+    def chunks(self):
+        rows, size, buf, pos = [], 0, b"", 0
+        with open(self.path, "rb") as f:
+            left = os.fstat(f.fileno()).st_size          # bytes not read yet
+            while True:
+                need = FRAME.size
+                if pos + FRAME.size <= len(buf):
+                    n, crc = FRAME.unpack_from(buf, pos)
+                    need += n
+                    if pos + need <= len(buf):
+                        body = buf[pos + FRAME.size:pos + need]
+                        if zlib.crc32(body) != crc:
+                            break                      # corrupt tail: never acknowledged
+                        rows.append(Landed.decode(body))
+                        pos += need
+                        self.end += need
+                        size += need
+                        if size >= self.chunk_bytes:
+                            yield rows
+                            rows, size = [], 0
+                        continue
+                missing = need - (len(buf) - pos)
+                if missing > left:
+                    break                              # torn tail (or the clean end)
+                more = f.read(max(self.READ, missing))
+                left -= len(more)
+                buf = buf[pos:] + more
+                pos = 0
+        if rows:
+            yield rows
+
+
+def to_table(rows: list[Landed], recorder: str, segment: int, first_offset: int = 0) -> pa.Table:
+    n = len(rows)
+    # user properties as flat key/value columns plus list offsets: no dict per pair
+    offsets, keys, values = [0], [], []
+    for r in rows:
+        for k, v in r.user_properties:
+            keys.append(k)
+            values.append(v)
+        offsets.append(len(keys))
+    props = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.string())],
+                                   fields=list(USER_PROPERTY))).cast(SCHEMA.field("user_properties").type)
+    return pa.Table.from_arrays([
+        pa.array([r.topic for r in rows], pa.string()),
+        pa.array([r.payload for r in rows], pa.binary()),
+        props,
+        pa.array([r.content_type for r in rows], pa.string()),
+        pa.array([r.payload_format_indicator for r in rows], pa.int32()),
+        pa.array([r.message_expiry_interval for r in rows], pa.int64()),
+        pa.array([r.qos for r in rows], pa.int32()),
+        pa.array([r.retain for r in rows], pa.bool_()),
+        pa.array([r.received_at_us for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([r.dup for r in rows], pa.bool_()),
+        pa.repeat(pa.scalar(recorder, pa.string()), n),
+        pa.repeat(pa.scalar(segment, pa.int64()), n),
+        pa.arange(first_offset, first_offset + n),
+    ], schema=SCHEMA)
 
 
 def write_parquet_atomic(table: pa.Table, directory: pathlib.Path, name: str) -> pathlib.Path:
@@ -163,11 +219,12 @@ class LandingWriter:
     """The open segment of one recorder: append, commit (fsync), roll into Parquet."""
 
     def __init__(self, directory: str | os.PathLike, recorder: str,
-                 roll_bytes: int = 64 << 20, roll_seconds: float = 60.0):
+                 roll_bytes: int = 64 << 20, roll_seconds: float = 60.0, chunk_bytes: int = 8 << 20):
         self.dir = pathlib.Path(directory)
         self.recorder = check_name(recorder)
         self.roll_bytes = roll_bytes
         self.roll_seconds = roll_seconds
+        self.chunk_bytes = chunk_bytes   # WAL bytes per Parquet row group when rolling (bounds memory)
         self.wal_dir = self.dir / WAL_DIR
         self.wal_dir.mkdir(parents=True, exist_ok=True)
         self._lock = open(self.wal_dir / f"{recorder}.lock", "a+")
@@ -200,18 +257,34 @@ class LandingWriter:
         return [p for p in done if p is not None]
 
     def _convert(self, segment: int) -> pathlib.Path | None:
-        """WAL segment -> Parquet (atomic), then delete the WAL. None if it held no complete frame."""
+        """WAL segment -> Parquet (atomic), then delete the WAL. None if it held no complete frame.
+        Streamed: one row group per chunk of about chunk_bytes of WAL, so memory is bounded by
+        chunk_bytes, not by the segment. A crash part-way leaves only the hidden .tmp file and
+        the WAL; the next start converts the WAL again into the same name."""
         wal = self.wal_dir / wal_name(self.recorder, segment)
-        rows, end = read_wal(wal)
+        reader = WalReader(wal, self.chunk_bytes)
+        name = parquet_name(self.recorder, segment)
+        tmp, final = self.dir / f".{name}.tmp", self.dir / name
+        rows = 0
+        with open(tmp, "wb") as f:
+            with pq.ParquetWriter(f, SCHEMA, compression="zstd") as pw:
+                for chunk in reader.chunks():
+                    pw.write_table(to_table(chunk, self.recorder, segment, rows), row_group_size=len(chunk))
+                    rows += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
         size = wal.stat().st_size
-        if end < size:      # a torn last frame: written, never fsync'd, never acknowledged
-            self.torn.append((wal.name, size - end))
+        if reader.end < size:      # a torn last frame: written, never fsync'd, never acknowledged
+            self.torn.append((wal.name, size - reader.end))
         out = None
         if rows:
-            out = write_parquet_atomic(to_table(rows, self.recorder, segment), self.dir,
-                                       parquet_name(self.recorder, segment))
+            os.replace(tmp, final)
+            _fsync_dir(self.dir)
+            out = final
             self.files_rolled += 1
-            self.rows_landed += len(rows)
+            self.rows_landed += rows
+        else:
+            tmp.unlink()
         wal.unlink()
         _fsync_dir(self.wal_dir)
         return out

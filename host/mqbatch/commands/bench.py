@@ -2,6 +2,7 @@
 runs, ratios measured in the same run). Targets:
 
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
+  ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
 """
 from __future__ import annotations
 
@@ -119,7 +120,12 @@ def bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
-TARGETS = {"spark": bench_spark}
+def bench_ingest(args: argparse.Namespace) -> int:
+    from mqbatch.bench_ingest import bench_ingest as run_ingest
+    return run_ingest(args)
+
+
+TARGETS = {"spark": bench_spark, "ingest": bench_ingest}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,4 +141,6 @@ def register(sub) -> None:
     s.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (default 3)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
+    from mqbatch.bench_ingest import add_arguments as ingest_arguments
+    ingest_arguments(targets.add_parser("ingest", help="recorder vs counting subscriber: PUBLISH/s, peak RSS (5 repetitions)"))
     p.set_defaults(func=run)
