@@ -153,7 +153,7 @@ def _child_recorder(cfg: dict) -> dict:
         th.start()
         deadline = t0 + cfg["timeout"]
         while rec.acked < cfg["n"] and th.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.002)
+            time.sleep(0.01)             # coarse: a busy poll would take the GIL from the recorder
         seconds = time.monotonic() - t0
         landed = rec.acked
         t1 = time.monotonic()

@@ -215,8 +215,10 @@ class Recorder:
             if items:
                 self.received += len(items)
                 self._commit(items)
-            if self.writer.due():
-                path = self.writer.roll()
+            if self.writer.due():             # converted in the background: PUBACKs go on meanwhile
+                self.writer.roll_in_background()
+            while self.writer.rolled:
+                path = self.writer.rolled.pop(0)
                 if path is not None:
                     self._say(f"rolled {path.name}")
             now = time.monotonic()

@@ -26,6 +26,7 @@ import os
 import pathlib
 import re
 import struct
+import threading
 import time
 import zlib
 
@@ -238,9 +239,13 @@ class LandingWriter:
         self.torn: list[tuple[str, int]] = []   # (WAL name, bytes dropped) found at recovery
         self.recovered: list[pathlib.Path] = self._recover()
         self.segment = self._next_segment()
-        self._wal = None
-        self._wal_rows = 0
+        self._wal: int | None = None       # file descriptor of the open WAL segment
+        self._wal_rows = self._wal_size = 0
+        self._pending = bytearray()         # frames appended since the last commit
         self._opened_at = 0.0
+        self._roller: threading.Thread | None = None   # background roll (roll_in_background)
+        self._roll_error: BaseException | None = None
+        self.rolled: list[pathlib.Path | None] = []     # Parquet files written by background rolls
 
     # -- segments ------------------------------------------------------------
     def _segments(self, directory: pathlib.Path, name) -> list[int]:
@@ -291,21 +296,32 @@ class LandingWriter:
 
     # -- the open segment ----------------------------------------------------
     def append(self, msg: Landed) -> None:
-        """Buffer one message into the open WAL segment (durable only after commit())."""
+        """Buffer one message for the open WAL segment (written and durable only at commit())."""
+        self._check_roller()
         if self._wal is None:
-            self._wal = open(self.wal_dir / wal_name(self.recorder, self.segment), "ab")
-            self._wal_rows = 0
+            self._wal = os.open(self.wal_dir / wal_name(self.recorder, self.segment),
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._wal_rows = self._wal_size = 0
             self._opened_at = time.monotonic()
             _fsync_dir(self.wal_dir)
         body = msg.encode()
-        self._wal.write(FRAME.pack(len(body), zlib.crc32(body)) + body)
+        self._pending += FRAME.pack(len(body), zlib.crc32(body))
+        self._pending += body
         self._wal_rows += 1
 
     def commit(self) -> None:
-        """Flush and fsync the WAL: everything appended so far survives a crash."""
-        if self._wal is not None:
-            self._wal.flush()
-            os.fsync(self._wal.fileno())
+        """Write what was appended in one system call and fsync it: it survives a crash.
+        (One write per group, not per message: each I/O call releases the GIL, and getting
+        it back from paho's busy network thread costs up to the switch interval.)"""
+        if self._wal is None:
+            return
+        view = memoryview(self._pending)
+        while view:
+            view = view[os.write(self._wal, view):]
+        self._wal_size += len(self._pending)
+        del view
+        self._pending.clear()
+        os.fsync(self._wal)
 
     @property
     def pending_rows(self) -> int:
@@ -313,23 +329,63 @@ class LandingWriter:
 
     def due(self) -> bool:
         return self._wal is not None and self._wal_rows > 0 and (
-            self._wal.tell() >= self.roll_bytes or time.monotonic() - self._opened_at >= self.roll_seconds)
+            self._wal_size >= self.roll_bytes or time.monotonic() - self._opened_at >= self.roll_seconds)
 
-    def roll(self) -> pathlib.Path | None:
-        """Close the open segment into a Parquet file; the next append opens a new one."""
+    def _close_wal(self) -> int | None:
+        """Commit and close the open segment; returns its number (None: no open segment)."""
         if self._wal is None:
             return None
         self.commit()
-        self._wal.close()
+        os.close(self._wal)
         self._wal = None
-        out = self._convert(self.segment)
         self.segment += 1
-        return out
+        return self.segment - 1
+
+    def roll(self) -> pathlib.Path | None:
+        """Close the open segment into a Parquet file; the next append opens a new one."""
+        self.wait_rolled()
+        segment = self._close_wal()
+        return None if segment is None else self._convert(segment)
+
+    def roll_in_background(self) -> bool:
+        """Close the open segment and convert it in a thread, so that appends and commits
+        (and so PUBACKs) go on meanwhile. At most one conversion runs: a second roll
+        waits for the first. Crash safety is the same as roll(): the WAL is fsync'd and
+        stays until its Parquet file is in place; a start converts what is left.
+        Returns True if a segment was handed over."""
+        self.wait_rolled()
+        segment = self._close_wal()
+        if segment is None:
+            return False
+        self._roller = threading.Thread(target=self._convert_in_thread, args=(segment,),
+                                        name=f"landing-roll-{segment}", daemon=True)
+        self._roller.start()
+        return True
+
+    def _convert_in_thread(self, segment: int) -> None:
+        try:
+            self.rolled.append(self._convert(segment))
+        except BaseException as e:      # reported by the writer's next call (_check_roller)
+            self._roll_error = e
+
+    def _check_roller(self) -> None:
+        if self._roll_error is not None:
+            e, self._roll_error = self._roll_error, None
+            raise OSError(f"rolling a segment into Parquet failed (its WAL is kept): {type(e).__name__}: {e}") from e
+
+    def wait_rolled(self) -> None:
+        """Wait for a background roll to finish; raise its error if it failed."""
+        if self._roller is not None:
+            self._roller.join()
+            self._roller = None
+        self._check_roller()
 
     def close(self) -> pathlib.Path | None:
-        out = self.roll()
-        fcntl.flock(self._lock, fcntl.LOCK_UN)
-        self._lock.close()
+        try:
+            out = self.roll()
+        finally:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
         return out
 
 
