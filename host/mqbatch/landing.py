@@ -19,8 +19,10 @@ is repeated after a crash rewrites the same file with the same rows.
 """
 from __future__ import annotations
 
+import array
 import dataclasses
 import fcntl
+import itertools
 import json
 import os
 import pathlib
@@ -114,7 +116,7 @@ def _fsync_dir(path: pathlib.Path) -> None:
 def read_wal(path: pathlib.Path) -> tuple[list[Landed], int]:
     """The complete frames of a WAL file and the byte offset where they end
     (a torn or corrupt tail after it was never acknowledged). Holds the whole
-    WAL in memory: tests and tools only; the recorder streams (iter_wal)."""
+    WAL in memory: tests and tools only; the recorder streams (WalReader)."""
     return read_wal_bytes(path.read_bytes())
 
 
@@ -173,33 +175,73 @@ class WalReader:
             yield rows
 
 
+def _bitmap(flags) -> tuple[pa.Buffer, int]:
+    """An Arrow bitmap of an iterable of truth values, and how many were false."""
+    bits, false = bytearray(), 0
+    for i, flag in enumerate(flags):
+        if i & 7 == 0:
+            bits.append(0)
+        if flag:
+            bits[-1] |= 1 << (i & 7)
+        else:
+            false += 1
+    return pa.py_buffer(bits), false
+
+
+def _binary(values: list[bytes], typ: pa.DataType, valid: list | None = None) -> pa.Array:
+    """A (string or binary) Arrow array straight from the bytes: one join, one offsets array."""
+    offsets = array.array("i", [0])
+    offsets.extend(itertools.accumulate(map(len, values)))
+    if offsets[-1] >= 1 << 31:
+        raise ValueError(f"{offsets[-1]} bytes in one column chunk: more than 2 GiB")
+    validity, nulls = _bitmap(valid) if valid is not None else (None, 0)
+    return pa.Array.from_buffers(typ, len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))],
+                                 null_count=nulls)
+
+
+def _fixed(values, typ: pa.DataType, code: str) -> pa.Array:
+    """An int/timestamp Arrow array (None -> null) from an array.array of type code `code`."""
+    values = list(values)
+    validity, nulls = _bitmap(v is not None for v in values)
+    data = array.array(code, [0 if v is None else v for v in values])
+    return pa.Array.from_buffers(typ, len(values), [validity if nulls else None, pa.py_buffer(data)], null_count=nulls)
+
+
+def _bools(values) -> pa.Array:
+    values = list(values)
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, _bitmap(values)[0]])
+
+
 def to_table(rows: list[Landed], recorder: str, segment: int, first_offset: int = 0) -> pa.Table:
+    """The landing rows of one chunk. Built from buffers (no per-row dict or Python list of
+    rows for Arrow to copy again, and pyarrow's pa.array(list), which imports pandas:
+    +47 MB of RSS, is never called)."""
     n = len(rows)
-    # user properties as flat key/value columns plus list offsets: no dict per pair
-    offsets, keys, values = [0], [], []
+    offsets, keys, values = array.array("i", [0]), [], []     # user properties: flat key/value + offsets
     for r in rows:
         for k, v in r.user_properties:
-            keys.append(k)
-            values.append(v)
+            keys.append(k.encode())
+            values.append(v.encode())
         offsets.append(len(keys))
-    props = pa.ListArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.string())],
-                                   fields=list(USER_PROPERTY))).cast(SCHEMA.field("user_properties").type)
+    pairs = pa.StructArray.from_arrays([_binary(keys, pa.string()), _binary(values, pa.string())],
+                                       fields=list(USER_PROPERTY))
+    props = pa.Array.from_buffers(SCHEMA.field("user_properties").type, n, [None, pa.py_buffer(offsets)],
+                                  children=[pairs])
+    content_types = [r.content_type for r in rows]
     return pa.Table.from_arrays([
-        pa.array([r.topic for r in rows], pa.string()),
-        pa.array([r.payload for r in rows], pa.binary()),
+        _binary([r.topic.encode() for r in rows], pa.string()),
+        _binary([bytes(r.payload) for r in rows], pa.binary()),
         props,
-        pa.array([r.content_type for r in rows], pa.string()),
-        pa.array([r.payload_format_indicator for r in rows], pa.int32()),
-        pa.array([r.message_expiry_interval for r in rows], pa.int64()),
-        pa.array([r.qos for r in rows], pa.int32()),
-        pa.array([r.retain for r in rows], pa.bool_()),
-        pa.array([r.received_at_us for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        pa.array([r.dup for r in rows], pa.bool_()),
-        pa.repeat(pa.scalar(recorder, pa.string()), n),
-        pa.repeat(pa.scalar(segment, pa.int64()), n),
-        pa.arange(first_offset, first_offset + n),
+        _binary([(c or "").encode() for c in content_types], pa.string(), [c is not None for c in content_types]),
+        _fixed((r.payload_format_indicator for r in rows), pa.int32(), "i"),
+        _fixed((r.message_expiry_interval for r in rows), pa.int64(), "q"),
+        _fixed((r.qos for r in rows), pa.int32(), "i"),
+        _bools(r.retain for r in rows),
+        _fixed((r.received_at_us for r in rows), pa.timestamp("us", tz="UTC"), "q"),
+        _bools(r.dup for r in rows),
+        _binary([recorder.encode()] * n, pa.string()),
+        _fixed([segment] * n, pa.int64(), "q"),
+        _fixed(range(first_offset, first_offset + n), pa.int64(), "q"),
     ], schema=SCHEMA)
 
 
