@@ -201,7 +201,7 @@ def _stack(tmp: pathlib.Path):
 
 def _fmt(values: list[float], unit: str, spec: str = ",.0f") -> str:
     v = sorted(values)
-    return f"{statistics.median(v):{spec}} {unit} [{v[0]:{spec}}-{v[-1]:{spec}}]"
+    return f"{statistics.median(v):{spec}}{' ' + unit if unit else ''} [{v[0]:{spec}}-{v[-1]:{spec}}]"
 
 
 def bench_ingest(args: argparse.Namespace) -> int:
