@@ -224,7 +224,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
                                  client_id=RECORDER_CLIENT_ID),
             }
             print(f"ingest bench: {n:,} PUBLISHes of {RECORDS_PER_PUBLISH} records ({size:,.0f} B payload each, "
-                  f"{n * size / 1e6:,.1f} MB) per consumer, {repeat} repetitions, Mosquitto TLS on "
+                  f"{n * size / 1e6:,.1f} MB) per consumer, {repeat} repetitions, recorder segments of "
+                  f"{args.roll_mb:g} MiB rolled in chunks of {args.chunk_mb:g} MiB, Mosquitto TLS on "
                   f"{stack.broker.host}:{stack.broker.port}", flush=True)
             results: dict[str, list[dict]] = {"counter": [], "recorder": []}
             pub_rates = []
@@ -234,6 +235,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
                     cfg = dict(consumers[role])
                     if role == "recorder":
                         cfg["landing"] = str(tmp / f"landing-{rep}")
+                        cfg["recorder"] = {"roll_bytes": int(args.roll_mb * (1 << 20)),
+                                           "chunk_bytes": int(args.chunk_mb * (1 << 20))}
                     _session(cfg, create=True)
                     pub_rates.append(publish(stack, n, batches))
                     r = _run_child(role, cfg, tmp)
@@ -262,6 +265,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--publishes", type=int, default=None, help="PUBLISHes per consumer and repetition (default 20,000)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
+    p.add_argument("--roll-mb", type=float, default=64, help="recorder segment size in MiB (default 64)")
+    p.add_argument("--chunk-mb", type=float, default=8, help="recorder row-group chunk in MiB (default 8)")
     p.add_argument("--quick", action="store_true", help="a few seconds (CI): 300 PUBLISHes, 2 repetitions")
 
 

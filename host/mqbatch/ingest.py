@@ -61,6 +61,7 @@ class RecorderConfig:
     keepalive: int = 30
     roll_bytes: int = 64 << 20
     roll_seconds: float = 60.0
+    chunk_bytes: int = 8 << 20               # WAL bytes per Parquet row group when rolling: bounds the roll's memory
     commit_max: int = 1000                   # most messages per fsync
     progress_seconds: float = 5.0
     silence_warn_s: float = 60.0             # warn loudly after this long without a PUBLISH (0: never); see _check_silence
@@ -102,7 +103,7 @@ class Recorder:
         self._subscribed = threading.Event()
         self._failed = threading.Event()
         self.client = self._make_client()
-        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds)
+        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds, cfg.chunk_bytes)
         for path in self.writer.recovered:
             self._say(f"recovered the previous run's open segment into {path.name}")
         for name, n in self.writer.torn:
