@@ -20,4 +20,6 @@ def test_bench_ingest_quick_prints_rates_rss_and_ratio():
         assert re.search(rf"^{what}: {number} PUBLISH/s \[{number}-{number}\] = {number} records/s "
                          rf"\[{number}-{number}\], peak RSS {number} MB \[{number}-{number}\]", text, re.M), text
     assert re.search(rf"^ratio recorder/counter \(same repetition\): {number} \[{number}-{number}\]$", text, re.M), text
+    assert re.search(rf"^CPU per 1,000 PUBLISHes \(all threads\): counter {number} s \[{number}-{number}\], "
+                     rf"recorder {number} s \[{number}-{number}\], ratio recorder/counter {number} \[", text, re.M), text
     assert len(re.findall(r"^  rep \d+: ", text, re.M)) == 2

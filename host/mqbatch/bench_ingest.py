@@ -120,6 +120,12 @@ def _vmhwm_kb() -> int:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+def _cpu() -> float:
+    """CPU seconds (user + system, all threads) of this process so far."""
+    t = os.times()
+    return t.user + t.system
+
+
 def _child_counter(cfg: dict) -> dict:
     c = _client((cfg["username"], cfg["password"]), cfg["client_id"], cfg["cafile"])
     count, done = [0], threading.Event()
@@ -129,14 +135,14 @@ def _child_counter(cfg: dict) -> dict:
         if count[0] >= cfg["n"]:
             done.set()
     c.on_message = on_message
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _cpu()
     _connect(c, cfg["host"], cfg["port"], clean_start=False, expiry=3600)
     if not done.wait(cfg["timeout"]):
         raise RuntimeError(f"counter got {count[0]} of {cfg['n']} PUBLISHes")
-    seconds = time.monotonic() - t0
+    seconds, cpu = time.monotonic() - t0, _cpu() - cpu0
     c.disconnect()
     c.loop_stop()
-    return {"seconds": seconds, "vmhwm_kb": _vmhwm_kb()}
+    return {"seconds": seconds, "cpu": cpu, "vmhwm_kb": _vmhwm_kb()}
 
 
 def _child_recorder(cfg: dict) -> dict:
@@ -149,12 +155,12 @@ def _child_recorder(cfg: dict) -> dict:
         stop = threading.Event()
         status = []
         th = threading.Thread(target=lambda: status.append(rec.run(stop)), daemon=True)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _cpu()
         th.start()
         deadline = t0 + cfg["timeout"]
         while rec.acked < cfg["n"] and th.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)             # coarse: a busy poll would take the GIL from the recorder
-        seconds = time.monotonic() - t0
+        seconds, cpu = time.monotonic() - t0, _cpu() - cpu0
         landed = rec.acked
         t1 = time.monotonic()
         stop.set()
@@ -162,7 +168,7 @@ def _child_recorder(cfg: dict) -> dict:
         close_s = time.monotonic() - t1
     if landed < cfg["n"] or status != [0]:
         raise RuntimeError(f"recorder acked {landed} of {cfg['n']} (status {status}, error {rec.error})")
-    return {"seconds": seconds, "close_seconds": close_s, "vmhwm_kb": _vmhwm_kb(),
+    return {"seconds": seconds, "cpu": cpu, "close_seconds": close_s, "vmhwm_kb": _vmhwm_kb(),
             "files": rec.files_rolled}
 
 
@@ -259,6 +265,10 @@ def bench_ingest(args: argparse.Namespace) -> int:
           f"peak RSS {_fmt([x['vmhwm_kb'] / 1024 for x in results['recorder']], 'MB')}, "
           f"stop+final roll {_fmt([x['close_seconds'] for x in results['recorder']], 's', '.2f')}")
     print(f"ratio recorder/counter (same repetition): {_fmt(ratios, '', '.2f')}")
+    cpu = {k: [1000 * x["cpu"] / n for x in v] for k, v in results.items()}
+    print(f"CPU per 1,000 PUBLISHes (all threads): counter {_fmt(cpu['counter'], 's', '.2f')}, "
+          f"recorder {_fmt(cpu['recorder'], 's', '.2f')}, ratio recorder/counter "
+          f"{_fmt([r / c for r, c in zip(cpu['recorder'], cpu['counter'])], '', '.2f')}")
     return 0
 
 
