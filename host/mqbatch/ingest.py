@@ -17,6 +17,7 @@ connection than the one a message arrived on.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import queue
 import ssl
@@ -99,6 +100,8 @@ class Recorder:
         self.received = self.landed = self.acked = 0
         self.error: str | None = None
         self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._durable: collections.deque[_Item] = collections.deque()   # landed (fsync'd), PUBACK not sent yet
+        self._ack_lock = threading.Lock()
         self._generation = 0
         self._subscribed = threading.Event()
         self._failed = threading.Event()
@@ -171,6 +174,8 @@ class Recorder:
                         qos=msg.qos, retain=bool(msg.retain), received_at_us=time.time_ns() // 1000,
                         dup=bool(msg.dup))
         self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
+        if self._durable:
+            self._send_acks()                # here, PUBACKs go out in this loop pass (see _commit)
 
     def _fail(self, text: str) -> None:
         self.error = text
@@ -183,10 +188,22 @@ class Recorder:
             self.writer.append(it.msg)
         self.writer.commit()                         # durable before any PUBACK goes out
         self.landed += len(items)
-        for it in items:
-            if it.qos > 0 and it.generation == self._generation:
-                if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
-                    self.acked += 1
+        self._durable.extend(it for it in items if it.qos > 0)
+        if self._queue.empty():
+            self._send_acks()
+        # else the network thread sends them with its next PUBLISH (_on_message): an ack
+        # queued from this thread wakes paho's network loop for one extra pass each time,
+        # which cost more CPU than the landing itself. If no PUBLISH comes (all in flight
+        # are queued here), this thread empties the queue and sends them on its next commit.
+
+    def _send_acks(self) -> None:
+        """PUBACK what is durable, in arrival order; from either thread, one at a time."""
+        with self._ack_lock:
+            while self._durable:
+                it = self._durable.popleft()
+                if it.generation == self._generation:
+                    if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
+                        self.acked += 1
 
     def _writer_loop(self, done: threading.Event) -> None:
         try:
@@ -216,6 +233,8 @@ class Recorder:
             if items:
                 self.received += len(items)
                 self._commit(items)
+            elif self._durable:
+                self._send_acks()
             if self.writer.due():             # converted in the background: PUBACKs go on meanwhile
                 self.writer.roll_in_background()
             while self.writer.rolled:
@@ -230,6 +249,7 @@ class Recorder:
                     self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
                               f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
                 last_report, last_count = now, self.landed
+        self._send_acks()                     # what the last commit landed (the stream has ended)
 
     # -- silence watchdog ----------------------------------------------------------
     def _check_silence(self, now: float) -> None:
