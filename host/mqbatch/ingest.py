@@ -6,9 +6,11 @@ decoded or dropped here: malformed batches are landed like any other PUBLISH
 and quarantined later by the Spark job, with their reason.
 
 Durability: the MQTT network thread only queues what it receives. A writer
-thread appends a group of messages to the landing WAL, flushes and fsyncs it,
-and only then sends their PUBACKs, in the order the PUBLISHes arrived (group
-commit: one fsync for everything that arrived meanwhile). A recorder killed at
+thread appends a group of messages to the landing WAL (one write), fsyncs it,
+and only then are their PUBACKs sent, in the order the PUBLISHes arrived (group
+commit: one fsync for everything that arrived meanwhile; the PUBACKs go out
+from the network thread with its next PUBLISH, or from the writer when nothing
+more is queued, see _commit). Segments roll into Parquet in the background. A recorder killed at
 any moment has landed every PUBLISH it acknowledged; what it had not
 acknowledged is redelivered by the broker from the persistent session
 (possibly a second copy of something already landed: duplicates are allowed and
