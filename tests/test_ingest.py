@@ -176,9 +176,10 @@ def test_every_publish_is_landed_unchanged(broker, pki, recorders, tmp_path):
         "message_expiry_interval", "qos", "retain", "received_at"]
 
 
-def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders, tmp_path):
-    landing_dir = tmp_path / "landing"
-    rec = recorders("rec-1", "--roll-seconds", "1").start()
+def sigkill_stream(broker, pki, rec, landing_dir, kill_at) -> tuple[int, list[int], list[bytes]]:
+    """Publish a steady stream while `kill_at(rec)` waits for a moment to SIGKILL the recorder
+    (twice, restarting it each time); then check that every PUBLISH the broker acknowledged
+    was landed. Returns (published, published-before-each-kill, landed messages)."""
     pub = publisher(broker, pki)
     ids, acked = [], []
     stop_producing, done = threading.Event(), threading.Event()
@@ -204,14 +205,9 @@ def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders
     producer.start()
     kills = []
     for _ in range(2):
-        deadline = time.monotonic() + 30
-        wal_dir = landing_dir / "_wal"
-        while not any(p.stat().st_size > 0 for p in wal_dir.glob("*.wal")) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)
+        kill_at(rec)
         kills.append(len(ids))
         rec.kill()                                    # SIGKILL: no clean-up at all
-        assert list(wal_dir.glob("*.wal")), "the kill must hit an open (unrolled) segment"
         time.sleep(0.3)
         rec.start()                                   # converts the WAL left behind, resumes the session
     time.sleep(0.5)
@@ -231,9 +227,44 @@ def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders
     got = [codec.decode([(p["key"], p["value"]) for p in r["user_properties"]], r["payload"]).messages[0] for r in rows]
     missing = want - set(got)
     assert not missing, f"{len(missing)} acknowledged PUBLISHes lost, e.g. {sorted(missing)[:5]}"
-    assert "recovered the previous run's open segment" in rec.output()
     print(f"SIGKILL test: {n} published, killed at {kills}, {len(got)} landed, "
           f"{len(got) - len(set(got))} duplicates, 0 lost")
+    return n, kills, got
+
+
+def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders, tmp_path):
+    landing_dir = tmp_path / "landing"
+    rec = recorders("rec-1", "--roll-seconds", "1").start()
+    wal_dir = landing_dir / "_wal"
+
+    def open_segment(rec):
+        deadline = time.monotonic() + 30
+        while not any(p.stat().st_size > 0 for p in wal_dir.glob("*.wal")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert list(wal_dir.glob("*.wal")), "the kill must hit an open (unrolled) segment"
+    sigkill_stream(broker, pki, rec, landing_dir, open_segment)
+    assert "recovered the previous run's open segment" in rec.output()
+
+
+def test_sigkill_during_background_rolls_loses_nothing(broker, pki, recorders, tmp_path):
+    """Segments roll every ~20 KB (several times a second), in the background while the
+    writer goes on landing and acknowledging: kills at random moments hit a roll in
+    progress, a closed WAL waiting for its conversion, or a hidden .tmp Parquet file."""
+    import random
+    landing_dir = tmp_path / "landing"
+    rec = recorders("rec-1", "--roll-bytes", "20000").start()
+    rng = random.Random()
+
+    def after_some_rolls(rec):
+        deadline = time.monotonic() + 30
+        start = len(list(landing_dir.glob("landing-*.parquet")))
+        while len(list(landing_dir.glob("landing-*.parquet"))) < start + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.3))
+    n, kills, got = sigkill_stream(broker, pki, rec, landing_dir, after_some_rolls)
+    assert len(list(landing_dir.glob("landing-*.parquet"))) >= 4, "segments must have rolled during the stream"
+    assert not list(landing_dir.glob(".*.tmp")), "a half-written Parquet file was left behind"
 
 
 def test_recorder_offline_periods_miss_nothing_and_duplicate_nothing(broker, pki, recorders, tmp_path):

@@ -116,3 +116,91 @@ def test_one_writer_per_recorder_id(tmp_path):
 def test_recorder_ids_must_be_file_name_safe(tmp_path, bad):
     with pytest.raises(ValueError, match="recorder id"):
         L.LandingWriter(tmp_path, bad)
+
+
+def reference_table(rows: list[L.Landed], recorder: str, segment: int, first: int = 0):
+    """The landing table built row by row from Python lists (the way to_table used to)."""
+    import pyarrow as pa
+    return pa.Table.from_pydict({
+        "topic": [r.topic for r in rows], "payload": [r.payload for r in rows],
+        "user_properties": [[{"key": k, "value": v} for k, v in r.user_properties] for r in rows],
+        "content_type": [r.content_type for r in rows],
+        "payload_format_indicator": [r.payload_format_indicator for r in rows],
+        "message_expiry_interval": [r.message_expiry_interval for r in rows],
+        "qos": [r.qos for r in rows], "retain": [r.retain for r in rows],
+        "received_at": [r.received_at_us for r in rows], "dup": [r.dup for r in rows],
+        "recorder": [recorder] * len(rows), "segment": [segment] * len(rows),
+        "offset": list(range(first, first + len(rows)))}, schema=L.SCHEMA)
+
+
+def test_columnar_to_table_equals_the_row_by_row_table(tmp_path):
+    rows = [msg(i, size=i) for i in range(19)] + [
+        L.Landed("mqbatch/ü/telemetry", b"", [], content_type="", qos=0),            # empty everything
+        L.Landed("t", b"\0" * 70000, [("", "")] * 3, message_expiry_interval=2**32 - 1)]
+    table = L.to_table(rows, "r1", 7, first_offset=100)
+    table.validate(full=True)
+    assert table.equals(reference_table(rows, "r1", 7, 100))
+    assert L.to_table([], "r1", 0).equals(L.SCHEMA.empty_table())
+
+
+def test_roll_streams_the_wal_into_row_groups(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1", chunk_bytes=2000)
+    rows = [msg(i, 300) for i in range(40)]
+    for r in rows:
+        w.append(r)
+    w.commit()
+    with open(tmp_path / "_wal" / "r1-00000000.wal", "ab") as f:     # a torn tail after the committed frames
+        f.write(L.FRAME.pack(500, 0) + b"x" * 20)
+    path = w.roll()
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups >= 5, "about chunk_bytes of WAL per row group"
+    assert max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) <= 2000 // 300 + 1
+    assert L.read_landing(tmp_path).equals(reference_table(rows, "r1", 0))
+    assert w.torn == [("r1-00000000.wal", L.FRAME.size + 20)]
+    w.close()
+
+
+def test_background_roll_lets_appends_go_on(tmp_path):
+    w = L.LandingWriter(tmp_path, "r1", chunk_bytes=4096)
+    for i in range(30):
+        w.append(msg(i, 200))
+        w.commit()
+        if i % 10 == 9:
+            assert w.roll_in_background()
+    w.close()                                     # waits for the last background roll, rolls the rest
+    assert [p.name for p in w.rolled] == [L.parquet_name("r1", s) for s in range(3)]
+    assert [r["payload"] for r in rows_of(tmp_path)] == [msg(i, 200).payload for i in range(30)]
+    assert not list((tmp_path / "_wal").glob("*.wal")) and not list(tmp_path.glob(".*"))
+
+
+def test_background_roll_failure_stops_the_writer_and_keeps_the_wal(tmp_path, monkeypatch):
+    w = L.LandingWriter(tmp_path, "r1")
+    w.append(msg(1))
+    w.commit()
+
+    def disk_full(*args, **kwargs):               # a full disk cannot be had here: injected
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(L.pq, "ParquetWriter", disk_full)
+    assert w.roll_in_background()
+    w._roller.join()
+    with pytest.raises(OSError, match="rolling a segment into Parquet failed.*No space left"):
+        w.append(msg(2))
+    assert (tmp_path / "_wal" / "r1-00000000.wal").exists()
+    monkeypatch.undo()
+    w.close()
+    w2 = L.LandingWriter(tmp_path, "r1")          # the next start converts the kept WAL
+    assert [p.name for p in w2.recovered] == ["landing-r1-00000000.parquet"]
+    w2.close()
+    assert [r["payload"] for r in rows_of(tmp_path)] == [msg(1).payload]
+
+
+def test_crash_mid_chunked_roll_is_redone_from_the_wal(tmp_path):
+    w, wal = committed(tmp_path, 12)
+    tmp = tmp_path / ".landing-r1-00000000.parquet.tmp"
+    tmp.write_bytes(b"PAR1 half a row group")     # the roll was killed after its first row group
+    w._lock.close()
+    w2 = L.LandingWriter(tmp_path, "r1", chunk_bytes=100)
+    assert [p.name for p in w2.recovered] == ["landing-r1-00000000.parquet"]
+    assert not tmp.exists() and not wal.exists()
+    assert L.read_landing(tmp_path).equals(reference_table([msg(i) for i in range(12)], "r1", 0))
+    w2.close()

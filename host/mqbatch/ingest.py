@@ -6,9 +6,11 @@ decoded or dropped here: malformed batches are landed like any other PUBLISH
 and quarantined later by the Spark job, with their reason.
 
 Durability: the MQTT network thread only queues what it receives. A writer
-thread appends a group of messages to the landing WAL, flushes and fsyncs it,
-and only then sends their PUBACKs, in the order the PUBLISHes arrived (group
-commit: one fsync for everything that arrived meanwhile). A recorder killed at
+thread appends a group of messages to the landing WAL (one write), fsyncs it,
+and only then are their PUBACKs sent, in the order the PUBLISHes arrived (group
+commit: one fsync for everything that arrived meanwhile; the PUBACKs go out
+from the network thread with its next PUBLISH, or from the writer when nothing
+more is queued, see _commit). Segments roll into Parquet in the background. A recorder killed at
 any moment has landed every PUBLISH it acknowledged; what it had not
 acknowledged is redelivered by the broker from the persistent session
 (possibly a second copy of something already landed: duplicates are allowed and
@@ -17,6 +19,7 @@ connection than the one a message arrived on.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import queue
 import ssl
@@ -61,6 +64,7 @@ class RecorderConfig:
     keepalive: int = 30
     roll_bytes: int = 64 << 20
     roll_seconds: float = 60.0
+    chunk_bytes: int = 8 << 20               # WAL bytes per Parquet row group when rolling: bounds the roll's memory
     commit_max: int = 1000                   # most messages per fsync
     progress_seconds: float = 5.0
     silence_warn_s: float = 60.0             # warn loudly after this long without a PUBLISH (0: never); see _check_silence
@@ -98,11 +102,13 @@ class Recorder:
         self.received = self.landed = self.acked = 0
         self.error: str | None = None
         self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._durable: collections.deque[_Item] = collections.deque()   # landed (fsync'd), PUBACK not sent yet
+        self._ack_lock = threading.Lock()
         self._generation = 0
         self._subscribed = threading.Event()
         self._failed = threading.Event()
         self.client = self._make_client()
-        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds)
+        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds, cfg.chunk_bytes)
         for path in self.writer.recovered:
             self._say(f"recovered the previous run's open segment into {path.name}")
         for name, n in self.writer.torn:
@@ -170,6 +176,8 @@ class Recorder:
                         qos=msg.qos, retain=bool(msg.retain), received_at_us=time.time_ns() // 1000,
                         dup=bool(msg.dup))
         self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
+        if self._durable:
+            self._send_acks()                # here, PUBACKs go out in this loop pass (see _commit)
 
     def _fail(self, text: str) -> None:
         self.error = text
@@ -182,10 +190,22 @@ class Recorder:
             self.writer.append(it.msg)
         self.writer.commit()                         # durable before any PUBACK goes out
         self.landed += len(items)
-        for it in items:
-            if it.qos > 0 and it.generation == self._generation:
-                if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
-                    self.acked += 1
+        self._durable.extend(it for it in items if it.qos > 0)
+        if self._queue.empty():
+            self._send_acks()
+        # else the network thread sends them with its next PUBLISH (_on_message): an ack
+        # queued from this thread wakes paho's network loop for one extra pass each time,
+        # which cost more CPU than the landing itself. If no PUBLISH comes (all in flight
+        # are queued here), this thread empties the queue and sends them on its next commit.
+
+    def _send_acks(self) -> None:
+        """PUBACK what is durable, in arrival order; from either thread, one at a time."""
+        with self._ack_lock:
+            while self._durable:
+                it = self._durable.popleft()
+                if it.generation == self._generation:
+                    if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
+                        self.acked += 1
 
     def _writer_loop(self, done: threading.Event) -> None:
         try:
@@ -215,8 +235,12 @@ class Recorder:
             if items:
                 self.received += len(items)
                 self._commit(items)
-            if self.writer.due():
-                path = self.writer.roll()
+            elif self._durable:
+                self._send_acks()
+            if self.writer.due():             # converted in the background: PUBACKs go on meanwhile
+                self.writer.roll_in_background()
+            while self.writer.rolled:
+                path = self.writer.rolled.pop(0)
                 if path is not None:
                     self._say(f"rolled {path.name}")
             now = time.monotonic()
@@ -227,6 +251,7 @@ class Recorder:
                     self._say(f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
                               f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment")
                 last_report, last_count = now, self.landed
+        self._send_acks()                     # what the last commit landed (the stream has ended)
 
     # -- silence watchdog ----------------------------------------------------------
     def _check_silence(self, now: float) -> None:

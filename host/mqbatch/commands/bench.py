@@ -3,6 +3,7 @@ runs, ratios measured in the same run). Targets:
 
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
+  ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
 """
 from __future__ import annotations
 
@@ -120,7 +121,12 @@ def bench_spark(args: argparse.Namespace) -> int:
     return 0
 
 
-TARGETS = {"spark": bench_spark, "device": bench_device.bench_device}
+def bench_ingest(args: argparse.Namespace) -> int:
+    from mqbatch.bench_ingest import bench_ingest as run_ingest
+    return run_ingest(args)
+
+
+TARGETS = {"spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,4 +144,6 @@ def register(sub) -> None:
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
     bench_device.add_arguments(targets.add_parser(
         "device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop"))
+    from mqbatch.bench_ingest import add_arguments as ingest_arguments
+    ingest_arguments(targets.add_parser("ingest", help="recorder vs counting subscriber: PUBLISH/s, peak RSS (5 repetitions)"))
     p.set_defaults(func=run)
