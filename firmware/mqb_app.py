@@ -42,6 +42,10 @@ def defaults():
         "topic": "mqbatch/{device_id}/telemetry",
         "status_topic": "mqbatch/{device_id}/status",
         "qos": 1,
+        # lowest QoS the app publishes at when the broker's Maximum QoS is below "qos":
+        # 0 sends at QoS 0 (no acknowledgement: a batch stays in the outbox until the broker
+        # answers a PINGREQ sent after it); 1 keeps every batch in the outbox instead
+        "min_qos": 0,
         "sample_hz": 10,
         "record_format": "binary",
         # flush.max_bytes: RAM for two batch buffers of max_bytes + header room (main.py: + 160 bytes)
@@ -93,7 +97,9 @@ _MISSED_SAMPLES = const(10)
 _PUBLISHES = const(11)
 _PEAK_HEAP = const(12)         # highest gc.mem_alloc() seen after a step (live objects + garbage)
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
-_N_COUNTS = const(14)
+_QOS0_BATCHES = const(14)      # sent at QoS 0 and read by the broker (PINGRESP after them): no delivery ack
+_QOS0_RECORDS = const(15)
+_N_COUNTS = const(16)
 
 
 class ConfigError(ValueError):
@@ -162,6 +168,8 @@ def make_config(user):
                           "plain TCP must be chosen explicitly with broker.tls = false")
     if cfg["qos"] not in (0, 1, 2):
         raise ConfigError("qos must be 0, 1 or 2, got %r" % cfg["qos"])
+    if cfg["min_qos"] not in (0, 1, 2) or cfg["min_qos"] > cfg["qos"]:
+        raise ConfigError("min_qos must be 0, 1 or 2 and at most qos (%r), got %r" % (cfg["qos"], cfg["min_qos"]))
     if not 0 < cfg["sample_hz"] <= 1000:
         raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
     hmac_key(cfg)
@@ -194,6 +202,9 @@ class App:
         self.device_id = dev = cfg["device_id"]
         self.topic = cfg["topic"].format(device_id=dev).encode()
         self.qos = cfg["qos"]
+        self.pub_qos = self.qos    # this connection's: qos lowered to the broker's Maximum QoS
+        self.min_qos = cfg["min_qos"]
+        self._qos0_ping = 0        # QoS 0: the PINGREQ whose answer confirms the batches sent
         fl = cfg["flush"]
         self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
@@ -388,8 +399,10 @@ class App:
             return
         if not self.clock.synced and board.sync_time():
             self.clock.set_from_rtc(True)
+        self._forget_qos0()
         try:
             present = c.connect()
+            self._negotiate_qos()
             if self.count[_CONNECTS]:
                 self.count[_RECONNECTS] += 1
             self.count[_CONNECTS] += 1
@@ -397,14 +410,45 @@ class App:
             self.cursor = -1
             # batches must fit the broker's Maximum Packet Size from now on (MQTTError
             # if its limit leaves no room for a batch at all)
-            c.apply_budget(self.enc, self.topic, self.qos)
-            c.apply_budget(self.out, self.topic, self.qos)
+            c.apply_budget(self.enc, self.topic, self.pub_qos)
+            c.apply_budget(self.out, self.topic, self.pub_qos)
             self._resend_pending = present   # _drain() sends them first, within Receive Maximum
             self._measure_live()
             log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
                 % (present, c.limit, c.max_send_size, self.enc.limit))
         except (MQTTError, TransportError) as e:
             self._failed(e, now)
+
+    def _negotiate_qos(self):
+        """After CONNACK: publish at min(qos, the broker's Maximum QoS) (MQTT 5 3.3.1.2
+        lets a client publish lower), logged when it changes; below min_qos: refused."""
+        c = self.client
+        top = c.connack.max_qos
+        q = self.qos if self.qos < top else top
+        if q < self.min_qos:
+            c.drop()
+            raise MQTTError(P.QOS_NOT_SUPPORTED, "CONNACK", None, "broker's Maximum QoS %d is below min_qos %d: "
+                            "batches stay in the outbox, none is sent until the broker allows QoS %d"
+                            % (top, self.min_qos, self.min_qos), True)
+        if q != self.pub_qos:
+            log("broker Maximum QoS %d: batches published at QoS %d (config qos %d)%s"
+                % (top, q, self.qos, "; each stays in the outbox until the broker answers a PINGREQ sent after it"
+                   if q == 0 else ""))
+            self.pub_qos = q
+
+    def _lower_will(self, code):
+        """CONNACK refused the Will (MQTT 5 3.2.2.3: 0x9B its QoS, 0x9A its retain flag):
+        lower it for the next connect. False if there is nothing left to lower."""
+        w = self.client.will
+        if code == P.QOS_NOT_SUPPORTED and w.qos:
+            w.qos -= 1
+            log("broker refused the Will's QoS (CONNACK 0x9B): the Will is now sent at QoS %d" % w.qos)
+        elif code == P.RETAIN_NOT_SUPPORTED and w.retain:
+            w.retain = False
+            log("broker refused a retained Will (CONNACK 0x9A Retain not supported): the Will is now sent unretained")
+        else:
+            return False
+        return True
 
     def _failed(self, e, now):
         """A connection attempt or an established link failed: log the reason code, back off."""
@@ -413,6 +457,13 @@ class App:
             ref = e.server_reference
             if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
+            if e.packet == "CONNACK":
+                if not e.local and self._lower_will(e.code):
+                    self.next_connect = now      # a Will the broker accepts: connect again at once
+                    log("link: %s; reconnecting now" % e)
+                    return
+                if e.local and e.code == P.QOS_NOT_SUPPORTED:
+                    self.backoff_n = 16          # below min_qos: only a broker change helps, try seldom
         else:
             code = e.errno
             self.count[_LAST_ERROR] = -abs(code) if isinstance(code, int) and code else -1
@@ -510,18 +561,13 @@ class App:
         if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
             out = self.out
             self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
-        pid = c.publish_batch(self.out, self.topic, self.qos, resend_pid=resend_pid)
+        pid = c.publish_batch(self.out, self.topic, self.pub_qos, resend_pid=resend_pid)
         if pid == BUSY:
             return False
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
-        if self.qos == 0:
-            self.outbox.ack(eid)
-            self.count[_ACKED_BATCHES] += 1
-            self.count[_ACKED_RECORDS] += self.out.count
-            return True
-        for i in range(len(self._eid)):
-            if self._eid[i] < 0 or self._pid[i] == pid:
+        for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for _qos0_confirmed()
+            if self._eid[i] < 0 or (pid and self._pid[i] == pid):
                 self._eid[i] = eid
                 self._pid[i] = pid
                 return True
@@ -553,9 +599,13 @@ class App:
             self._resend_pending = False
         if time.ticks_diff(now, self.hold_until) < 0:
             return
-        while c.connected and c.inflight < c.limit:
+        qos0 = self.pub_qos == 0
+        if qos0 and not self._qos0_confirmed():
+            return
+        sent = 0
+        while c.connected and (self._free_slot() >= 0 if qos0 else c.inflight < c.limit):
             if not self.outbox.peek(self._ids, 1, self.cursor):
-                return
+                break
             eid = self._ids[0]
             if self._in_flight(eid):
                 self.cursor = eid
@@ -564,8 +614,44 @@ class App:
                 self.cursor = eid
                 continue
             if not self._publish(eid):
-                return
+                break
             self.cursor = eid
+            sent += 1
+        if qos0 and sent:
+            self._qos0_ping = c.ping()
+
+    def _free_slot(self):
+        for i in range(len(self._eid)):
+            if self._eid[i] < 0:
+                return i
+        return -1
+
+    def _qos0_confirmed(self):
+        """QoS 0 has no acknowledgement: the batches sent wait in the outbox (and in the
+        slots, packet id 0) until the broker answers the PINGREQ sent after them; then
+        they are removed and counted qos0 (read by the broker, delivery unconfirmed).
+        True when none is waiting."""
+        if not self._qos0_ping:
+            return True
+        if self.client.pongs < self._qos0_ping:
+            return False
+        self._qos0_ping = 0
+        for i in range(len(self._eid)):
+            eid = self._eid[i]
+            if eid >= 0:
+                self._eid[i] = -1
+                n = self.outbox.records(eid)
+                if self.outbox.ack(eid) == 0:
+                    self.count[_QOS0_BATCHES] += 1
+                    self.count[_QOS0_RECORDS] += n
+        return True
+
+    def _forget_qos0(self):
+        """A new connection: QoS 0 batches the broker did not confirm are sent again."""
+        self._qos0_ping = 0
+        for i in range(len(self._eid)):
+            if self._eid[i] >= 0 and self._pid[i] == 0:
+                self._eid[i] = -1
 
     def _on_ack(self, pid, code, reason):
         i = self._slot(pid)
@@ -701,6 +787,8 @@ class App:
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
                 "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
+                "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.pub_qos,
+                "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,
                 "drained": self.idle()}
 
 
