@@ -17,6 +17,7 @@
 import gc
 import json
 import os
+import sys
 import time
 from array import array
 from binascii import unhexlify
@@ -99,7 +100,13 @@ _PEAK_HEAP = const(12)         # highest gc.mem_alloc() seen after a step (live 
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
 _QOS0_BATCHES = const(14)      # sent at QoS 0 and read by the broker (PINGRESP after them): no delivery ack
 _QOS0_RECORDS = const(15)
-_N_COUNTS = const(16)
+_QOS0_PING = const(16)         # QoS 0: number of the PINGREQ whose PINGRESP confirms the batches sent (0: none)
+_N_COUNTS = const(17)
+
+# Indexes of App.qos
+_QOS_CFG = const(0)
+_QOS_PUB = const(1)
+_QOS_MIN = const(2)
 
 
 class ConfigError(ValueError):
@@ -201,10 +208,10 @@ class App:
         self.flash = flash or board.flash_dir()
         self.device_id = dev = cfg["device_id"]
         self.topic = cfg["topic"].format(device_id=dev).encode()
-        self.qos = cfg["qos"]
-        self.pub_qos = self.qos    # this connection's: qos lowered to the broker's Maximum QoS
-        self.min_qos = cfg["min_qos"]
-        self._qos0_ping = 0        # QoS 0: the PINGREQ whose answer confirms the batches sent
+        # qos[_QOS_CFG] as configured, qos[_QOS_PUB] this connection's (lowered to the broker's
+        # Maximum QoS), qos[_QOS_MIN] min_qos. One bytearray: in a 64 KB heap one more
+        # attribute can make the instance dict grow by ~1 KB.
+        self.qos = bytearray((cfg["qos"], cfg["qos"], cfg["min_qos"]))
         fl = cfg["flush"]
         self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
@@ -399,10 +406,27 @@ class App:
             return
         if not self.clock.synced and board.sync_time():
             self.clock.set_from_rtc(True)
-        self._forget_qos0()
+        self.count[_QOS0_PING] = 0
+        for i in range(len(self._eid)):
+            if self._pid[i] == 0:
+                self._eid[i] = -1       # QoS 0 batches the broker did not confirm: sent again
         try:
             present = c.connect()
-            self._negotiate_qos()
+            # publish at min(qos, the broker's Maximum QoS) (MQTT 5 3.3.1.2 lets a client
+            # publish lower), logged when it changes; below min_qos nothing is sent
+            top = c.connack.max_qos
+            qos = self.qos
+            q = qos[_QOS_CFG] if qos[_QOS_CFG] < top else top
+            if q < qos[_QOS_MIN]:
+                c.drop()
+                raise MQTTError(P.QOS_NOT_SUPPORTED, "CONNACK", None, "broker's Maximum QoS %d is below min_qos %d: "
+                                "batches stay in the outbox, none is sent until the broker allows QoS %d"
+                                % (top, qos[_QOS_MIN], qos[_QOS_MIN]), True)
+            if q != qos[_QOS_PUB]:
+                log("broker Maximum QoS %d: batches published at QoS %d (config qos %d)%s"
+                    % (top, q, qos[_QOS_CFG], "; each stays in the outbox until the broker answers a PINGREQ sent "
+                       "after it" if q == 0 else ""))
+                qos[_QOS_PUB] = q
             if self.count[_CONNECTS]:
                 self.count[_RECONNECTS] += 1
             self.count[_CONNECTS] += 1
@@ -410,45 +434,14 @@ class App:
             self.cursor = -1
             # batches must fit the broker's Maximum Packet Size from now on (MQTTError
             # if its limit leaves no room for a batch at all)
-            c.apply_budget(self.enc, self.topic, self.pub_qos)
-            c.apply_budget(self.out, self.topic, self.pub_qos)
+            c.apply_budget(self.enc, self.topic, self.qos[_QOS_PUB])
+            c.apply_budget(self.out, self.topic, self.qos[_QOS_PUB])
             self._resend_pending = present   # _drain() sends them first, within Receive Maximum
             self._measure_live()
             log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
                 % (present, c.limit, c.max_send_size, self.enc.limit))
         except (MQTTError, TransportError) as e:
             self._failed(e, now)
-
-    def _negotiate_qos(self):
-        """After CONNACK: publish at min(qos, the broker's Maximum QoS) (MQTT 5 3.3.1.2
-        lets a client publish lower), logged when it changes; below min_qos: refused."""
-        c = self.client
-        top = c.connack.max_qos
-        q = self.qos if self.qos < top else top
-        if q < self.min_qos:
-            c.drop()
-            raise MQTTError(P.QOS_NOT_SUPPORTED, "CONNACK", None, "broker's Maximum QoS %d is below min_qos %d: "
-                            "batches stay in the outbox, none is sent until the broker allows QoS %d"
-                            % (top, self.min_qos, self.min_qos), True)
-        if q != self.pub_qos:
-            log("broker Maximum QoS %d: batches published at QoS %d (config qos %d)%s"
-                % (top, q, self.qos, "; each stays in the outbox until the broker answers a PINGREQ sent after it"
-                   if q == 0 else ""))
-            self.pub_qos = q
-
-    def _lower_will(self, code):
-        """CONNACK refused the Will (MQTT 5 3.2.2.3: 0x9B its QoS, 0x9A its retain flag):
-        lower it for the next connect. False if there is nothing left to lower."""
-        w = self.client.will
-        if code == P.QOS_NOT_SUPPORTED and w.qos:
-            w.qos -= 1
-            log("broker refused the Will's QoS (CONNACK 0x9B): the Will is now sent at QoS %d" % w.qos)
-        elif code == P.RETAIN_NOT_SUPPORTED and w.retain:
-            w.retain = False
-            log("broker refused a retained Will (CONNACK 0x9A Retain not supported): the Will is now sent unretained")
-        else:
-            return False
-        return True
 
     def _failed(self, e, now):
         """A connection attempt or an established link failed: log the reason code, back off."""
@@ -458,8 +451,19 @@ class App:
             if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
             if e.packet == "CONNACK":
-                if not e.local and self._lower_will(e.code):
-                    self.next_connect = now      # a Will the broker accepts: connect again at once
+                # the broker refused the Will (MQTT 5 3.2.2.3: 0x9B its QoS, 0x9A its retain
+                # flag): lower it and connect again at once
+                w = self.client.will
+                if not e.local and (e.code == P.QOS_NOT_SUPPORTED and w.qos or
+                                    e.code == P.RETAIN_NOT_SUPPORTED and w.retain):
+                    if e.code == P.QOS_NOT_SUPPORTED:
+                        w.qos -= 1
+                        log("broker refused the Will's QoS (CONNACK 0x9B): the Will is now sent at QoS %d" % w.qos)
+                    else:
+                        w.retain = False
+                        log("broker refused a retained Will (CONNACK 0x9A Retain not supported): "
+                            "the Will is now sent unretained")
+                    self.next_connect = now
                     log("link: %s; reconnecting now" % e)
                     return
                 if e.local and e.code == P.QOS_NOT_SUPPORTED:
@@ -561,12 +565,12 @@ class App:
         if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
             out = self.out
             self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
-        pid = c.publish_batch(self.out, self.topic, self.pub_qos, resend_pid=resend_pid)
+        pid = c.publish_batch(self.out, self.topic, self.qos[_QOS_PUB], resend_pid=resend_pid)
         if pid == BUSY:
             return False
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
-        for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for _qos0_confirmed()
+        for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for a PINGRESP (_drain)
             if self._eid[i] < 0 or (pid and self._pid[i] == pid):
                 self._eid[i] = eid
                 self._pid[i] = pid
@@ -599,11 +603,24 @@ class App:
             self._resend_pending = False
         if time.ticks_diff(now, self.hold_until) < 0:
             return
-        qos0 = self.pub_qos == 0
-        if qos0 and not self._qos0_confirmed():
-            return
+        qos0 = self.qos[_QOS_PUB] == 0
+        if qos0 and self.count[_QOS0_PING]:
+            # QoS 0 has no acknowledgement: the batches sent (slots with packet id 0) stay
+            # in the outbox until the broker answers the PINGREQ sent after them; then
+            # they are removed, counted qos0 (read by the broker, delivery unconfirmed)
+            if c.pongs < self.count[_QOS0_PING]:
+                return
+            self.count[_QOS0_PING] = 0
+            for i in range(len(self._eid)):
+                eid = self._eid[i]
+                if eid >= 0:
+                    self._eid[i] = -1
+                    n = self.outbox.records(eid)
+                    if self.outbox.ack(eid) == 0:
+                        self.count[_QOS0_BATCHES] += 1
+                        self.count[_QOS0_RECORDS] += n
         sent = 0
-        while c.connected and (self._free_slot() >= 0 if qos0 else c.inflight < c.limit):
+        while c.connected and (self._in_flight(-1) if qos0 else c.inflight < c.limit):
             if not self.outbox.peek(self._ids, 1, self.cursor):
                 break
             eid = self._ids[0]
@@ -618,40 +635,7 @@ class App:
             self.cursor = eid
             sent += 1
         if qos0 and sent:
-            self._qos0_ping = c.ping()
-
-    def _free_slot(self):
-        for i in range(len(self._eid)):
-            if self._eid[i] < 0:
-                return i
-        return -1
-
-    def _qos0_confirmed(self):
-        """QoS 0 has no acknowledgement: the batches sent wait in the outbox (and in the
-        slots, packet id 0) until the broker answers the PINGREQ sent after them; then
-        they are removed and counted qos0 (read by the broker, delivery unconfirmed).
-        True when none is waiting."""
-        if not self._qos0_ping:
-            return True
-        if self.client.pongs < self._qos0_ping:
-            return False
-        self._qos0_ping = 0
-        for i in range(len(self._eid)):
-            eid = self._eid[i]
-            if eid >= 0:
-                self._eid[i] = -1
-                n = self.outbox.records(eid)
-                if self.outbox.ack(eid) == 0:
-                    self.count[_QOS0_BATCHES] += 1
-                    self.count[_QOS0_RECORDS] += n
-        return True
-
-    def _forget_qos0(self):
-        """A new connection: QoS 0 batches the broker did not confirm are sent again."""
-        self._qos0_ping = 0
-        for i in range(len(self._eid)):
-            if self._eid[i] >= 0 and self._pid[i] == 0:
-                self._eid[i] = -1
+            self.count[_QOS0_PING] = c.ping()
 
     def _on_ack(self, pid, code, reason):
         i = self._slot(pid)
@@ -775,7 +759,12 @@ class App:
                 except TransportError as e:
                     log("disconnect: %s" % e)
             self.outbox.close()
-            print("MQB-SUMMARY " + json.dumps(self.summary()))
+            # the summary is the last thing a run allocates: collect first, and let
+            # json.dump write it piece by piece (no one string of the whole line)
+            gc.collect()
+            print("MQB-SUMMARY ", end="")
+            json.dump(self.summary(), sys.stdout)
+            print()
 
     def summary(self):
         c = self.count
@@ -787,7 +776,7 @@ class App:
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
                 "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
-                "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.pub_qos,
+                "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
                 "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,
                 "drained": self.idle()}
 

@@ -114,8 +114,8 @@ class Client:
         self.acked = 0                 # QoS 1/2 completed with a success code
         self.refused = 0               # QoS 1/2 completed with a code >= 0x80
         self.pings = 0
-        self.pongs = 0                 # PINGRESPs received on this connection (ping())
-        self._ping_base = 0            # self.pings when this connection started
+        self.pongs = 0                 # pings answered, counted as self.pings (ping()): an unanswered
+                                       # PINGREQ of an earlier connection counts as answered
         self.peak_inflight = 0
         self.last_size = 0             # exact size of the last PUBLISH sent, in bytes
         # buffers and tables, allocated once
@@ -234,8 +234,7 @@ class Client:
         self.connected = True
         self.connects += 1
         self._ping_out = False
-        self._ping_base = self.pings
-        self.pongs = 0
+        self.pongs = self.pings
         self._last_tx = time.ticks_ms()
         if ca.session_present:
             self._resume_session()
@@ -565,7 +564,7 @@ class Client:
         raise MQTTError(code, "received packet", None, detail + ("; " + note if note else ""), True)
 
     def ping(self):
-        """Send a PINGREQ now; returns its number on this connection. Once self.pongs
+        """Send a PINGREQ now; returns its number (self.pings). Once self.pongs
         reaches it, the broker has read everything sent before it (one connection's
         packets are handled in order, and PINGRESPs come back in order): the only
         sign that a QoS 0 PUBLISH got there. Raises TransportError if the link fails."""
@@ -574,7 +573,7 @@ class Client:
         if not self._ping_out:
             self._ping_out = True
             self._ping_at = self._last_tx
-        return self.pings - self._ping_base
+        return self.pings
 
     def _keepalive(self):
         ka = self._ka_ms
