@@ -17,6 +17,7 @@
 import gc
 import json
 import os
+import sys
 import time
 from array import array
 from binascii import unhexlify
@@ -42,6 +43,10 @@ def defaults():
         "topic": "mqbatch/{device_id}/telemetry",
         "status_topic": "mqbatch/{device_id}/status",
         "qos": 1,
+        # lowest QoS the app publishes at when the broker's Maximum QoS is below "qos":
+        # 0 sends at QoS 0 (no acknowledgement: a batch stays in the outbox until the broker
+        # answers a PINGREQ sent after it); 1 keeps every batch in the outbox instead
+        "min_qos": 0,
         "sample_hz": 10,
         "record_format": "binary",
         # flush.max_bytes: RAM for two batch buffers of max_bytes + header room (main.py: + 160 bytes)
@@ -93,7 +98,15 @@ _MISSED_SAMPLES = const(10)
 _PUBLISHES = const(11)
 _PEAK_HEAP = const(12)         # highest gc.mem_alloc() seen after a step (live objects + garbage)
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
-_N_COUNTS = const(14)
+_QOS0_BATCHES = const(14)      # sent at QoS 0 and read by the broker (PINGRESP after them): no delivery ack
+_QOS0_RECORDS = const(15)
+_QOS0_PING = const(16)         # QoS 0: number of the PINGREQ whose PINGRESP confirms the batches sent (0: none)
+_N_COUNTS = const(17)
+
+# Indexes of App.qos
+_QOS_CFG = const(0)
+_QOS_PUB = const(1)
+_QOS_MIN = const(2)
 
 
 class ConfigError(ValueError):
@@ -162,6 +175,8 @@ def make_config(user):
                           "plain TCP must be chosen explicitly with broker.tls = false")
     if cfg["qos"] not in (0, 1, 2):
         raise ConfigError("qos must be 0, 1 or 2, got %r" % cfg["qos"])
+    if cfg["min_qos"] not in (0, 1, 2) or cfg["min_qos"] > cfg["qos"]:
+        raise ConfigError("min_qos must be 0, 1 or 2 and at most qos (%r), got %r" % (cfg["qos"], cfg["min_qos"]))
     if not 0 < cfg["sample_hz"] <= 1000:
         raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
     hmac_key(cfg)
@@ -193,7 +208,10 @@ class App:
         self.flash = flash or board.flash_dir()
         self.device_id = dev = cfg["device_id"]
         self.topic = cfg["topic"].format(device_id=dev).encode()
-        self.qos = cfg["qos"]
+        # qos[_QOS_CFG] as configured, qos[_QOS_PUB] this connection's (lowered to the broker's
+        # Maximum QoS), qos[_QOS_MIN] min_qos. One bytearray: in a 64 KB heap one more
+        # attribute can make the instance dict grow by ~1 KB.
+        self.qos = bytearray((cfg["qos"], cfg["qos"], cfg["min_qos"]))
         fl = cfg["flush"]
         self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
@@ -388,8 +406,27 @@ class App:
             return
         if not self.clock.synced and board.sync_time():
             self.clock.set_from_rtc(True)
+        self.count[_QOS0_PING] = 0
+        for i in range(len(self._eid)):
+            if self._pid[i] == 0:
+                self._eid[i] = -1       # QoS 0 batches the broker did not confirm: sent again
         try:
             present = c.connect()
+            # publish at min(qos, the broker's Maximum QoS) (MQTT 5 3.3.1.2 lets a client
+            # publish lower), logged when it changes; below min_qos nothing is sent
+            top = c.connack.max_qos
+            qos = self.qos
+            q = qos[_QOS_CFG] if qos[_QOS_CFG] < top else top
+            if q < qos[_QOS_MIN]:
+                c.drop()
+                raise MQTTError(P.QOS_NOT_SUPPORTED, "CONNACK", None, "broker's Maximum QoS %d is below min_qos %d: "
+                                "batches stay in the outbox, none is sent until the broker allows QoS %d"
+                                % (top, qos[_QOS_MIN], qos[_QOS_MIN]), True)
+            if q != qos[_QOS_PUB]:
+                log("broker Maximum QoS %d: batches published at QoS %d (config qos %d)%s"
+                    % (top, q, qos[_QOS_CFG], "; each stays in the outbox until the broker answers a PINGREQ sent "
+                       "after it" if q == 0 else ""))
+                qos[_QOS_PUB] = q
             if self.count[_CONNECTS]:
                 self.count[_RECONNECTS] += 1
             self.count[_CONNECTS] += 1
@@ -397,8 +434,8 @@ class App:
             self.cursor = -1
             # batches must fit the broker's Maximum Packet Size from now on (MQTTError
             # if its limit leaves no room for a batch at all)
-            c.apply_budget(self.enc, self.topic, self.qos)
-            c.apply_budget(self.out, self.topic, self.qos)
+            c.apply_budget(self.enc, self.topic, self.qos[_QOS_PUB])
+            c.apply_budget(self.out, self.topic, self.qos[_QOS_PUB])
             self._resend_pending = present   # _drain() sends them first, within Receive Maximum
             self._measure_live()
             log("connected (session present %d, receive max %d, max packet %d, batch payload limit %d)"
@@ -413,6 +450,24 @@ class App:
             ref = e.server_reference
             if e.code in (_USE_ANOTHER_SERVER, _SERVER_MOVED) and ref:
                 self._use_server(ref)
+            if e.packet == "CONNACK":
+                # the broker refused the Will (MQTT 5 3.2.2.3: 0x9B its QoS, 0x9A its retain
+                # flag): lower it and connect again at once
+                w = self.client.will
+                if not e.local and (e.code == P.QOS_NOT_SUPPORTED and w.qos or
+                                    e.code == P.RETAIN_NOT_SUPPORTED and w.retain):
+                    if e.code == P.QOS_NOT_SUPPORTED:
+                        w.qos -= 1
+                        log("broker refused the Will's QoS (CONNACK 0x9B): the Will is now sent at QoS %d" % w.qos)
+                    else:
+                        w.retain = False
+                        log("broker refused a retained Will (CONNACK 0x9A Retain not supported): "
+                            "the Will is now sent unretained")
+                    self.next_connect = now
+                    log("link: %s; reconnecting now" % e)
+                    return
+                if e.local and e.code == P.QOS_NOT_SUPPORTED:
+                    self.backoff_n = 16          # below min_qos: only a broker change helps, try seldom
         else:
             code = e.errno
             self.count[_LAST_ERROR] = -abs(code) if isinstance(code, int) and code else -1
@@ -510,18 +565,13 @@ class App:
         if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
             out = self.out
             self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
-        pid = c.publish_batch(self.out, self.topic, self.qos, resend_pid=resend_pid)
+        pid = c.publish_batch(self.out, self.topic, self.qos[_QOS_PUB], resend_pid=resend_pid)
         if pid == BUSY:
             return False
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
-        if self.qos == 0:
-            self.outbox.ack(eid)
-            self.count[_ACKED_BATCHES] += 1
-            self.count[_ACKED_RECORDS] += self.out.count
-            return True
-        for i in range(len(self._eid)):
-            if self._eid[i] < 0 or self._pid[i] == pid:
+        for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for a PINGRESP (_drain)
+            if self._eid[i] < 0 or (pid and self._pid[i] == pid):
                 self._eid[i] = eid
                 self._pid[i] = pid
                 return True
@@ -553,9 +603,26 @@ class App:
             self._resend_pending = False
         if time.ticks_diff(now, self.hold_until) < 0:
             return
-        while c.connected and c.inflight < c.limit:
-            if not self.outbox.peek(self._ids, 1, self.cursor):
+        qos0 = self.qos[_QOS_PUB] == 0
+        if qos0 and self.count[_QOS0_PING]:
+            # QoS 0 has no acknowledgement: the batches sent (slots with packet id 0) stay
+            # in the outbox until the broker answers the PINGREQ sent after them; then
+            # they are removed, counted qos0 (read by the broker, delivery unconfirmed)
+            if c.pongs < self.count[_QOS0_PING]:
                 return
+            self.count[_QOS0_PING] = 0
+            for i in range(len(self._eid)):
+                eid = self._eid[i]
+                if eid >= 0:
+                    self._eid[i] = -1
+                    n = self.outbox.records(eid)
+                    if self.outbox.ack(eid) == 0:
+                        self.count[_QOS0_BATCHES] += 1
+                        self.count[_QOS0_RECORDS] += n
+        sent = 0
+        while c.connected and (self._in_flight(-1) if qos0 else c.inflight < c.limit):
+            if not self.outbox.peek(self._ids, 1, self.cursor):
+                break
             eid = self._ids[0]
             if self._in_flight(eid):
                 self.cursor = eid
@@ -564,8 +631,11 @@ class App:
                 self.cursor = eid
                 continue
             if not self._publish(eid):
-                return
+                break
             self.cursor = eid
+            sent += 1
+        if qos0 and sent:
+            self.count[_QOS0_PING] = c.ping()
 
     def _on_ack(self, pid, code, reason):
         i = self._slot(pid)
@@ -689,7 +759,12 @@ class App:
                 except TransportError as e:
                     log("disconnect: %s" % e)
             self.outbox.close()
-            print("MQB-SUMMARY " + json.dumps(self.summary()))
+            # the summary is the last thing a run allocates: collect first, and let
+            # json.dump write it piece by piece (no one string of the whole line)
+            gc.collect()
+            print("MQB-SUMMARY ", end="")
+            json.dump(self.summary(), sys.stdout)
+            print()
 
     def summary(self):
         c = self.count
@@ -701,6 +776,8 @@ class App:
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
                 "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
+                "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
+                "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,
                 "drained": self.idle()}
 
 

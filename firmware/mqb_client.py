@@ -114,6 +114,8 @@ class Client:
         self.acked = 0                 # QoS 1/2 completed with a success code
         self.refused = 0               # QoS 1/2 completed with a code >= 0x80
         self.pings = 0
+        self.pongs = 0                 # pings answered, counted as self.pings (ping()): an unanswered
+                                       # PINGREQ of an earlier connection counts as answered
         self.peak_inflight = 0
         self.last_size = 0             # exact size of the last PUBLISH sent, in bytes
         # buffers and tables, allocated once
@@ -232,6 +234,7 @@ class Client:
         self.connected = True
         self.connects += 1
         self._ping_out = False
+        self.pongs = self.pings
         self._last_tx = time.ticks_ms()
         if ca.session_present:
             self._resume_session()
@@ -532,6 +535,7 @@ class Client:
             if first & 0x0F or n:
                 self._fail(P.MALFORMED_PACKET, "PINGRESP with flags or a body")
             self._ping_out = False
+            self.pongs += 1
         elif t == P.DISCONNECT:
             if first & 0x0F:
                 self._fail(P.MALFORMED_PACKET, "DISCONNECT with reserved flags")
@@ -558,6 +562,18 @@ class Client:
                 note = "DISCONNECT could not be sent: %s" % e
         self._closed()
         raise MQTTError(code, "received packet", None, detail + ("; " + note if note else ""), True)
+
+    def ping(self):
+        """Send a PINGREQ now; returns its number (self.pings). Once self.pongs
+        reaches it, the broker has read everything sent before it (one connection's
+        packets are handled in order, and PINGRESPs come back in order): the only
+        sign that a QoS 0 PUBLISH got there. Raises TransportError if the link fails."""
+        self._send(P.PINGREQ_PACKET, 0, 2)
+        self.pings += 1
+        if not self._ping_out:
+            self._ping_out = True
+            self._ping_at = self._last_tx
+        return self.pings
 
     def _keepalive(self):
         ka = self._ka_ms

@@ -91,7 +91,7 @@ def test_device_refused_by_acl_on_foreign_topic_reports_it(mosquitto, subscriber
     with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
                config=cfg) as fleet:
         fleet.start()
-        assert fleet.wait(60) == {"dev-001": 0}
+        assert fleet.wait(60) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
         console = fleet.console("dev-001")
     # Mosquitto answers an ACL-denied QoS 1 PUBLISH with PUBACK 0x87 (Not authorized)

@@ -191,6 +191,19 @@ def test_cli_logs_discarded_batches_to_stderr():
     assert log["reason"] == codec.MISSING_PROPERTY and log["topic"] == "dev/1" and log["level"] == "error"
 
 
+def test_cli_log_record_carries_the_client_id_of_its_line():
+    """Spec §4.2: a log record includes the client id if available: `client_id` per input line."""
+    bad = {"topic": "dev/1", "user_properties": [["batch-size", "1"]], "payload_hex": "0161"}
+    lines = [dict(bad, client_id="dev-001"), bad, dict(bad, client_id=7)]
+    proc = run_cli(input="".join(json.dumps(x) + "\n" for x in lines))
+    assert proc.returncode == 0, proc.stderr
+    logs = [json.loads(x) for x in proc.stderr.splitlines()]
+    outs = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [lg["client_id"] for lg in logs] == ["dev-001", None]      # absent: null, as the decoder logs it
+    assert [o["status"] for o in outs] == ["discarded", "discarded", "error"]
+    assert "'client_id' must be a string" in outs[2]["error"]
+
+
 def test_cli_rejects_bad_limits():
     proc = run_cli("--max-batch-size", "0", input="")
     assert proc.returncode == 2 and "must be >= 1" in proc.stderr

@@ -36,7 +36,7 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
         assert "verified" in proc.stdout and "board reset" in proc.stdout
         # what landed on the board is exactly the build, byte for byte
         built = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "build").iterdir()
-                 if not p.name.startswith(".")}        # .mqbatch-build marks the folder, stays on the host
+                 if not p.name.startswith(".")}        # the .mqbatch-run marker marks the folder, stays on the host
         assert {"main.py", "mqb_app.mpy", "mqb_board.mpy", "mqb_codec.mpy", "config.json", "ca.pem"} <= set(built)
         landed = {n: hashlib.sha256((flash / n).read_bytes()).hexdigest() for n in built}
         assert landed == built

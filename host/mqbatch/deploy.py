@@ -20,6 +20,7 @@ import shutil
 import subprocess
 
 from mqbatch.paths import BOARDS, FIRMWARE, micropython_env, micropython_exe, venv_tool
+from mqbatch.rundir import DirNotOurs, fresh_dir
 
 BOARD_NAMES = ("esp32", "rp2040", "unix")
 # firmware files that stay source on the board
@@ -64,19 +65,12 @@ def board_settings(board: str) -> dict:
     return json.loads((BOARDS / board / "deploy.json").read_text())
 
 
-_MARKER = ".mqbatch-build"
-
-
 def _fresh_build_dir(build_dir: pathlib.Path) -> None:
-    """Empty build_dir for a new build. Only a directory made by an earlier build
-    (it holds the marker file) or an empty one is wiped: never a user's folder."""
-    if build_dir.exists():
-        if any(build_dir.iterdir()) and not (build_dir / _MARKER).exists():
-            raise DeployError(f"build directory {build_dir} is not empty and was not made by mqbatch; "
-                              "choose another --build-dir")
-        shutil.rmtree(build_dir)
-    build_dir.mkdir(parents=True)
-    (build_dir / _MARKER).write_text("made by mqbatch deploy; wiped at the next build\n")
+    """Empty build_dir for a new build (mqbatch.rundir: only a folder mqbatch made, or an empty one)."""
+    try:
+        fresh_dir(build_dir, "mqbatch deploy", flag="--build-dir")
+    except DirNotOurs as e:
+        raise DeployError(str(e)) from None
 
 
 def module_sources(board: str, settings: dict | None = None) -> list[pathlib.Path]:

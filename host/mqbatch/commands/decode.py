@@ -1,6 +1,7 @@
 """`mqbatch decode`: run the reference decoder over JSON Lines of PUBLISHes.
 
-Input line:  {"topic": str, "user_properties": [[key, value], ...], "payload_hex": str}
+Input line:  {"topic": str, "user_properties": [[key, value], ...], "payload_hex": str,
+              "client_id": str (optional: the publisher's client id, put in the log record)}
 Output line: {"status": ok|partial|discarded|error, "reason": null|CODE, "count": int, "messages_hex": [...]}
 A line that is not of that shape gets status "error" with an "error" message;
 the other lines still run. Decoder log records for non-ok batches go to stderr
@@ -22,7 +23,7 @@ class InputError(ValueError):
     pass
 
 
-def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes]:
+def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes, str | None]:
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError) as e:    # ValueError: bad JSON, or an int over Python's digit limit
@@ -43,16 +44,19 @@ def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes]:
         payload = bytes.fromhex(payload_hex)
     except ValueError as e:
         raise InputError(f"'payload_hex' is not hexadecimal: {e}") from None
-    return topic, [(k, v) for k, v in props], payload
+    client_id = obj.get("client_id")
+    if client_id is not None and not isinstance(client_id, str):
+        raise InputError("'client_id' must be a string (or absent)")
+    return topic, [(k, v) for k, v in props], payload, client_id
 
 
 def decode_line(line: str, options: codec.DecodeOptions) -> tuple[dict, dict | None]:
     """Return (output record, log record or None)."""
     try:
-        topic, props, payload = parse_line(line)
+        topic, props, payload, client_id = parse_line(line)
     except InputError as e:
         return {"status": "error", "reason": None, "count": 0, "messages_hex": [], "error": str(e)}, None
-    res = codec.decode(props, payload, options, topic=topic)
+    res = codec.decode(props, payload, options, topic=topic, client_id=client_id)
     out = {"status": res.status, "reason": res.reason, "count": res.count,
            "messages_hex": [m.hex() for m in res.messages]}
     return out, (res.log if res.status != codec.OK else None)
