@@ -248,12 +248,12 @@ def test_sigkill_mid_stream_loses_no_acknowledged_publish(broker, pki, recorders
 
 
 def test_sigkill_during_background_rolls_loses_nothing(broker, pki, recorders, tmp_path):
-    """Segments roll every ~20 KB (several times a second), in the background while the
+    """Segments roll every ~60 KB (a few times a second), in the background while the
     writer goes on landing and acknowledging: kills at random moments hit a roll in
     progress, a closed WAL waiting for its conversion, or a hidden .tmp Parquet file."""
     import random
     landing_dir = tmp_path / "landing"
-    rec = recorders("rec-1", "--roll-bytes", "20000").start()
+    rec = recorders("rec-1", "--roll-bytes", "60000", "--roll-seconds", "1").start()
     rng = random.Random()
 
     def after_some_rolls(rec):
