@@ -245,10 +245,8 @@ class RecordWriter:
         return self.seq
 
     def _write(self, kind, chans, vals, n):
-        if chans is not self._ok or n != self._ok_n or kind != self._ok_kind:
-            self._check(kind, chans, vals, n)      # the channel set (cached for a tuple)
-        elif n > len(vals):
-            self._check(kind, chans, vals, n)      # raises: values cannot hold n readings
+        if chans is not self._ok or n != self._ok_n or kind != self._ok_kind or n > len(vals):
+            self._check(kind, chans, vals, n)      # the channel set (cached for a tuple), and sizes
         for i in range(n):                         # the values, every record
             v = vals[i]
             if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
