@@ -1,0 +1,38 @@
+"""The Spark job (mqbatch.spark) as the subscriber under test of the conformance corpus
+(issue 12): the decode step per option group on a real landing zone, run_batch for
+records/, and the BATCH-3.2-SPARK row built from that evidence. Uses the shared
+session (`spark` fixture); `mqbatch conformance subscriber --spark` runs the same."""
+from __future__ import annotations
+
+from mqbatch import conformance_matrix as M
+import dataclasses
+
+from mqbatch import codec
+from mqbatch.conformance_spark import CLIENT_ID_ABSENT, records_check, run_spark
+from mqbatch.conformance_subscriber import corpus
+
+
+def test_spark_job_through_the_subscriber_corpus(spark, tmp_path):
+    run = run_spark(spark, tmp_path)
+    cases = run["cases"]
+    assert sorted(c["case"] for c in cases) == sorted(c.name for c in corpus())
+    failed = {(c["case"], x["aspect"]): x["evidence"] for c in cases for x in c["checks"] if x["passed"] is False}
+    assert not failed, failed
+    # the client id is not applicable, said with its reason, for every rejected case (never a silent pass)
+    client = [x for c in cases for x in c["checks"] if x["aspect"] == "log client id"]
+    assert client and all(x["passed"] is None and CLIENT_ID_ABSENT in x["evidence"] for x in client)
+    assert len(client) == sum(1 for c in corpus() if c.status != "ok")
+    rc = run["records_check"]
+    assert rc["passed"] and rc["records_rows"] > 0 and rc["discarded_batches"] >= 20 and not rc["leaked"], rc
+    row = {r["id"]: r for r in M.verdicts(None, None, None, spark=run)}["BATCH-3.2-SPARK"]
+    assert row["verdict"] == M.PASS, row
+    assert "not applicable" in row["evidence"] and "records/" in row["evidence"]
+
+    # the records/ check can fail: expect one ok batch discarded, and its records count as leaked
+    default = [c for c in corpus() if not c.options]
+    ids = {c["case"]: c["batch_id"] for c in cases}
+    flipped = [dataclasses.replace(c, status=codec.DISCARDED) if c.name == "properties-in-any-order" else c
+               for c in default]
+    leak = records_check(spark, tmp_path / "flipped", flipped, [ids[c.name] for c in default])
+    assert not leak["passed"] and leak["leaked"] == {"properties-in-any-order": 2}, leak
+    print("\n" + row["evidence"])
