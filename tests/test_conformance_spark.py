@@ -23,16 +23,18 @@ def test_spark_job_through_the_subscriber_corpus(spark, tmp_path):
     assert client and all(x["passed"] is None and CLIENT_ID_ABSENT in x["evidence"] for x in client)
     assert len(client) == sum(1 for c in corpus() if c.status != "ok")
     rc = run["records_check"]
+    default = [c for c in corpus() if not c.options]
+    ids = {c["case"]: c["batch_id"] for c in cases}
+    assert rc["by_batch"] == {ids[c.name]: len(c.messages) for c in default
+                              if c.name in ("properties-in-any-order", "at-max-batch-size")}, rc
     assert rc["passed"] and rc["records_rows"] > 0 and rc["discarded_batches"] >= 20 and not rc["leaked"], rc
     row = {r["id"]: r for r in M.verdicts(None, None, None, spark=run)}["BATCH-3.2-SPARK"]
     assert row["verdict"] == M.PASS, row
     assert "not applicable" in row["evidence"] and "records/" in row["evidence"]
 
     # the records/ check can fail: expect one ok batch discarded, and its records count as leaked
-    default = [c for c in corpus() if not c.options]
-    ids = {c["case"]: c["batch_id"] for c in cases}
     flipped = [dataclasses.replace(c, status=codec.DISCARDED) if c.name == "properties-in-any-order" else c
                for c in default]
-    leak = records_check(spark, tmp_path / "flipped", flipped, [ids[c.name] for c in default])
+    leak = records_check(flipped, [ids[c.name] for c in default], rc["by_batch"])
     assert not leak["passed"] and leak["leaked"] == {"properties-in-any-order": 2}, leak
     print("\n" + row["evidence"])

@@ -17,7 +17,7 @@ to the verdicts:
 
 The publisher's client id cannot reach the job: MQTT 5 does not forward it to
 subscribers, so no recorder can land it; that aspect is "not applicable".
-records_check: the full batch job (run_batch) on the default-options group: no row of
+records_check: the full batch job (run_batch) once, on the default-options group: no row of
 records/ may come from a batch the corpus expects discarded, and every valid record of
 an ok batch must be there.
 """
@@ -84,17 +84,22 @@ def partial_from_row(case: Case, log: dict | None) -> tuple[bool, str]:
                 f"detail {log.get('detail')!r} (want partial, {len(case.messages)}, '{want}')")
 
 
-def records_check(spark, workdir: pathlib.Path, cases: list[Case], batch_ids: list[str | None]) -> dict:
-    """run_batch on the default-options cases; records/ against the corpus expectations."""
+def batch_records(spark, workdir: pathlib.Path, cases: list[Case]) -> dict[str, int]:
+    """run_batch (the full batch job) on these cases: records/ rows per batch_id."""
     from pyspark.sql import functions as F
-    from mqbatch import records
     from mqbatch.spark import run_batch
     land, out = workdir / "batch-landing", workdir / "batch-out"
     shutil.rmtree(out, ignore_errors=True)
     write_landing(land, 0, cases)
     run_batch(spark, str(land), str(out), job_options({}))
-    got: dict[str, int] = {r["batch_id"]: r["n"] for r in spark.read.parquet(str(out / "records"))
-                           .groupBy("batch_id").agg(F.count("*").alias("n")).collect()}
+    return {r["batch_id"]: r["n"] for r in spark.read.parquet(str(out / "records"))
+            .groupBy("batch_id").agg(F.count("*").alias("n")).collect()}
+
+
+def records_check(cases: list[Case], batch_ids: list[str | None], got: dict[str, int]) -> dict:
+    """records/ (rows per batch_id) against the corpus: none from a batch expected
+    discarded, every valid record of an ok batch present."""
+    from mqbatch import records
     want: dict[str, int] = {}
     discarded: dict[str, str] = {}
     for c, bid in zip(cases, batch_ids):
@@ -109,7 +114,7 @@ def records_check(spark, workdir: pathlib.Path, cases: list[Case], batch_ids: li
              for bid, n in want.items() if got.get(bid, 0) != n}
     passed = not leaked and not wrong and bool(want)
     return {"passed": passed, "records_rows": sum(got.values()), "ok_batches": len(want),
-            "discarded_batches": len(discarded), "leaked": leaked, "wrong_counts": wrong,
+            "discarded_batches": len(discarded), "leaked": leaked, "wrong_counts": wrong, "by_batch": got,
             "evidence": (f"run_batch on {len(cases)} default-options cases: records/ holds {sum(got.values())} rows "
                          f"from {len(got)} batches; {len(leaked)} of {len(discarded)} discarded batches reached "
                          f"records/" + (f" ({json.dumps(leaked)})" if leaked else "")
@@ -126,25 +131,27 @@ def _is_record(records, sub: bytes) -> bool:
 
 
 def run_spark(spark, workdir: str | pathlib.Path) -> dict:
-    """The corpus through the job's decode step (one landing file and one decode per
-    option group, all in `spark`), then run_batch once for records/. See the module doc."""
+    """The corpus through the job's decode step (one landing file per option group, its
+    segment = the group; the groups' decodes unioned into one collect), then run_batch
+    once for records/. See the module doc."""
+    from functools import reduce
     from mqbatch.spark import decode, read_landing
     workdir = pathlib.Path(workdir)
+    grouped = [(json.loads(key), cases) for key, cases in groups().items()]
+    frames = [decode(read_landing(spark, [str(write_landing(workdir / f"decode-{seg}", seg, cases))]),
+                     job_options(opts)).select("segment", *_COLUMNS) for seg, (opts, cases) in enumerate(grouped)]
+    by_row: dict[tuple[int, int], list[dict]] = {}
+    for r in reduce(lambda a, b: a.unionByName(b), frames).collect():
+        by_row.setdefault((r["segment"], r["offset"]), []).append(r.asDict())
     results, default = [], None
-    for segment, (key, cases) in enumerate(groups().items()):
-        opts = json.loads(key)
-        path = write_landing(workdir / f"decode-{segment}", segment, cases)
-        rows = [r.asDict() for r in decode(read_landing(spark, [str(path)]), job_options(opts))
-                .select(*_COLUMNS).collect()]
-        by_offset: dict[int, list[dict]] = {}
-        for r in rows:
-            by_offset.setdefault(r["offset"], []).append(r)
+    for seg, (opts, cases) in enumerate(grouped):
         ids = []
         for i, c in enumerate(cases):
-            out, log, bid = outcome(by_offset.get(i, []))
+            out, log, bid = outcome(by_row.get((seg, i), []))
             ids.append(bid)
             results.append(dict(result(c, opts, check(c, out, log, client_id_absent=CLIENT_ID_ABSENT,
                                                       partial_check=partial_from_row)), batch_id=bid))
         if not opts:
             default = (cases, ids)
-    return {"cases": results, "records_check": records_check(spark, workdir, *default)}
+    cases, ids = default
+    return {"cases": results, "records_check": records_check(cases, ids, batch_records(spark, workdir, cases))}
