@@ -8,8 +8,8 @@ from mqbatch import conformance_matrix as M
 import dataclasses
 
 from mqbatch import codec
-from mqbatch.conformance_spark import CLIENT_ID_ABSENT, records_check, run_spark
-from mqbatch.conformance_subscriber import corpus
+from mqbatch.conformance_spark import CLIENT_ID_ABSENT, outcome, partial_from_row, records_check, run_spark
+from mqbatch.conformance_subscriber import check, corpus, result
 
 
 def test_spark_job_through_the_subscriber_corpus(spark, tmp_path):
@@ -38,3 +38,22 @@ def test_spark_job_through_the_subscriber_corpus(spark, tmp_path):
     leak = records_check(flipped, [ids[c.name] for c in default], rc["by_batch"])
     assert not leak["passed"] and leak["leaked"] == {"properties-in-any-order": 2}, leak
     print("\n" + row["evidence"])
+
+
+def test_the_spark_mapping_fails_a_discarded_batch_that_delivers():
+    """outcome() + check() on decoded rows as the job would write them for a discarded
+    batch that (wrongly) also delivered its first sub-message: the delivered aspect
+    fails; the client id is not applicable, never passed."""
+    case = next(c for c in corpus() if c.name == "vbi-5-bytes")
+    props = [{"key": k, "value": v} for k, v in case.props]
+    base = {"offset": 0, "batch_id": "b", "batch_status": "discarded", "batch_count": 0, "detail": "sub-message 2",
+            "topic": "mqbatch/sub-test/telemetry", "user_properties": props}
+    rows = [dict(base, landed_first=True, stage="batch", reason=case.reason, sub_index=None, sub_payload=None),
+            dict(base, landed_first=False, stage=None, reason=None, sub_index=0, sub_payload=b"\x01")]
+    out, log, bid = outcome(rows)
+    got = {a: (p, e) for a, p, e in check(case, out, log, client_id_absent=CLIENT_ID_ABSENT,
+                                          partial_check=partial_from_row)}
+    assert bid == "b" and got["verdict"][0] and got["reason"][0] and got["log"][0], got
+    assert got["delivered"] == (False, "1 sub-messages delivered (want 0)")
+    assert got["log client id"][0] is None and got["log client id"][1].startswith("not applicable: MQTT 5")
+    assert result(case, {}, list(check(case, out, log, client_id_absent=CLIENT_ID_ABSENT)))["passed"] is False

@@ -340,7 +340,20 @@ def markdown(report: dict) -> str:
     if sub:
         out += ["", "## Subscriber corpus", "", "| case | class | options | expected | result |", "|---|---|---|---|---|"]
         for c in sub:
-            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"] if not x["passed"])
+            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"]
+                                                                 if x["passed"] is False)
+            out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
+                       f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+    spark = report.get("spark_run")
+    if spark:
+        out += ["", "## Spark job as the subscriber (mqbatch.conformance_spark)", "",
+                f"- records/: {'pass' if spark['records_check']['passed'] else 'FAIL'}: "
+                f"{_cell(spark['records_check']['evidence'])}",
+                *(f"- not applicable: {_cell(x)}" for x in _not_applicable(spark["cases"])), "",
+                "| case | class | options | expected | result |", "|---|---|---|---|---|"]
+        for c in spark["cases"]:
+            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"]
+                                                                 if x["passed"] is False)
             out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
                        f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
     out += ["", HOW]
@@ -366,9 +379,17 @@ HOW = """## How the harness works
   batch publisher).
 - A subscriber is tested with `--cmd` speaking the JSON Lines protocol of `mqbatch decode` (input lines
   may carry `client_id`; the options arrive as `--max-batch-size`, `--max-payload-bytes`, `--partial`,
-  `--no-empty`; a JSON log record on stderr for every batch that is not ok). The Spark job
-  (`spark_jobs/telemetry_job.py`) is NOT TESTED here: it is being restructured; an adapter that feeds it
-  these lines and prints its verdicts is all it needs.
+  `--no-empty`; a JSON log record on stderr for every batch that is not ok).
+- The Spark job (`mqbatch.spark`, `spark_jobs/telemetry_job.py`) is the subscriber under test of row
+  BATCH-3.2-SPARK with `--spark` (or `--full`): `mqbatch.conformance_spark` writes the corpus as a real
+  landing zone (one Parquet file per option group), runs the job's decode step per group with those
+  JobOptions in one local Spark session, and reads the verdict from the landed row's batch_status, the
+  reason from the batch-stage row, the delivered sub-messages from the rows with a sub_index, and the log
+  from the batch's quarantine row (topic, user properties, reason, detail). It then runs the full batch
+  job (run_batch) once on the default-options cases: no records/ row may come from a discarded batch.
+  The corpus sub-messages are real mqbatch records, so a leak would land. The publisher's client id is
+  "not applicable" for the job (MQTT 5 does not forward it to subscribers), reported with that reason.
+  `make test` runs it in `tests/test_conformance_spark.py` with the shared test session.
 - The device's packet parsers are also fuzzed inside the Unix port (`tests/test_conformance_fuzz.py`, 50,000
   inputs in `make test`; long run: `MICROPYPATH=firmware:tests/mpy .venv/bin/micropython
   tests/mpy/fuzz_packet.py 5000000 7`), figures in docs/mqtt-client.md.

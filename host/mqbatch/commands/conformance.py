@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import shlex
 import subprocess
@@ -25,8 +26,25 @@ def _mosquitto_version() -> str:
     return out.splitlines()[0].strip() if out else "Mosquitto"
 
 
+def _run_spark(workdir: pathlib.Path) -> dict:
+    """The Spark job through the corpus in a local session started here (a JVM, ~15 s)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)      # workers import mqbatch from this venv
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from mqbatch.conformance_spark import run_spark
+    from mqbatch.spark import session
+    print("subscriber: the Spark job (mqbatch.spark) in a local[2] session", file=sys.stderr)
+    spark = session(master="local[2]", log_level="ERROR", **{"spark.ui.enabled": "false",
+                                                             "spark.ui.showConsoleProgress": "false",
+                                                             "spark.sql.shuffle.partitions": "2"})
+    try:
+        return run_spark(spark, workdir)
+    finally:
+        spark.stop()
+
+
 def run(args: argparse.Namespace) -> int:
-    words = ["mqbatch", "conformance", args.suite] + (["--full"] if args.full else []) + [
+    words = ["mqbatch", "conformance", args.suite] + (["--full"] if args.full else []) + (
+        ["--spark"] if args.spark else []) + [
         w for flag, v in (("--cmd", args.cmd), ("--sub-cmd", args.sub_cmd), ("--markdown", args.markdown),
                           ("--json", args.json)) if v for w in (flag, v)] + [
         w for sc in args.scenario or () for w in ("--scenario", sc)]
@@ -34,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
                     "broker_version": _mosquitto_version()}
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="mqbatch-conformance-"))
-    pub = sub = broker = None
+    pub = sub = broker = spark = None
     if args.suite in ("publisher", "all"):
         scenarios = [s for s in C.SCENARIOS if args.full or s.ci]
         if args.scenario:
@@ -55,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         sub = run_corpus(cmd)
         report["subscriber"] = ("command: " + " ".join(cmd)) if cmd else "mqbatch.codec.decode (host decoder, in process)"
         report["subscriber_run"] = sub
-    report["requirements"] = M.verdicts(pub, sub, broker)
+        if args.spark or args.full:
+            spark = _run_spark(work / "spark")
+            report["spark_run"] = spark
+    report["requirements"] = M.verdicts(pub, sub, broker, spark)
     md = M.markdown(report)
     if args.markdown:
         pathlib.Path(args.markdown).write_text(md)
@@ -81,7 +102,10 @@ def register(sub) -> None:
     p.add_argument("--max-batch-size", type=int, default=100, help="with --cmd: the publisher's configured "
                    "batch-size limit, checked on every batch (default: the spec's 100)")
     p.add_argument("--max-payload-bytes", type=int, default=65536, help="with --cmd: its payload limit (65536)")
-    p.add_argument("--full", action="store_true", help="the full Mosquitto matrix (default: the short CI matrix)")
+    p.add_argument("--full", action="store_true", help="the full Mosquitto matrix (default: the short CI matrix); "
+                   "with 'subscriber' or 'all' also the Spark job (--spark)")
+    p.add_argument("--spark", action="store_true", help="with 'subscriber' or 'all': also run the Spark job "
+                   "(mqbatch.spark) through the corpus in a local Spark session (row BATCH-3.2-SPARK)")
     p.add_argument("--scenario", action="append", help="run only this publisher scenario (repeatable)")
     p.add_argument("--markdown", metavar="FILE", help="write the Markdown report")
     p.add_argument("--json", metavar="FILE", help="write the JSON report")
