@@ -244,7 +244,7 @@ def _spark_verdict(spark: dict | None) -> tuple[str, str]:
     summary = [f"{len(cases) - len(failed)} of {len(cases)} corpus cases pass (verdict, reason, delivered, log"
                f"{', partial warning' if any(c['class'] == 'partial' for c in cases) else ''})",
                f"records/: {'PASS' if rc['passed'] else 'FAIL'}: {rc['evidence']}",
-               *(f"not applicable: {x}" for x in _not_applicable(cases))]
+               *_not_applicable(cases)]
     return (FAIL if failed or not rc["passed"] else PASS), "\n".join(lines + summary)
 
 
@@ -276,6 +276,15 @@ def verdicts(pub: dict | None, sub: list | None, broker: dict | None, spark: dic
 
 def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", "<br>")
+
+
+def _case_table(cases: list) -> list[str]:
+    out = ["| case | class | options | expected | result |", "|---|---|---|---|---|"]
+    for c in cases:
+        res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"] if x["passed"] is False)
+        out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
+                   f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+    return out
 
 
 def markdown(report: dict) -> str:
@@ -338,24 +347,14 @@ def markdown(report: dict) -> str:
                 for sc in found] or ["- none"]
     sub = report.get("subscriber_run")
     if sub:
-        out += ["", "## Subscriber corpus", "", "| case | class | options | expected | result |", "|---|---|---|---|---|"]
-        for c in sub:
-            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"]
-                                                                 if x["passed"] is False)
-            out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
-                       f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+        out += ["", "## Subscriber corpus", "", *_case_table(sub)]
     spark = report.get("spark_run")
     if spark:
         out += ["", "## Spark job as the subscriber (mqbatch.conformance_spark)", "",
                 f"- records/: {'pass' if spark['records_check']['passed'] else 'FAIL'}: "
                 f"{_cell(spark['records_check']['evidence'])}",
-                *(f"- not applicable: {_cell(x)}" for x in _not_applicable(spark["cases"])), "",
-                "| case | class | options | expected | result |", "|---|---|---|---|---|"]
-        for c in spark["cases"]:
-            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"]
-                                                                 if x["passed"] is False)
-            out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
-                       f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+                *(f"- {_cell(x)}" for x in _not_applicable(spark["cases"])), "",
+                *_case_table(spark["cases"])]
     out += ["", HOW]
     return "\n".join(out) + "\n"
 

@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if args.spark or args.full:
             spark = _run_spark(work / "spark")
             report["spark_run"] = spark
+            report["subscriber"] += "; and the Spark job (mqbatch.spark decode step and run_batch, BATCH-3.2-SPARK)"
     report["requirements"] = M.verdicts(pub, sub, broker, spark)
     md = M.markdown(report)
     if args.markdown:
