@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from mqbatch import conformance_matrix as M
 import dataclasses
+import json
 
 from mqbatch import codec
 from mqbatch.conformance_spark import CLIENT_ID_ABSENT, outcome, partial_from_row, records_check, run_spark
@@ -37,7 +38,12 @@ def test_spark_job_through_the_subscriber_corpus(spark, tmp_path):
                for c in default]
     leak = records_check(flipped, [ids[c.name] for c in default], rc["by_batch"])
     assert not leak["passed"] and leak["leaked"] == {"properties-in-any-order": 2}, leak
-    print("\n" + row["evidence"])
+    print(f"\nSpark subscriber corpus: {len(cases)} cases in {len(grouped_options(cases))} option groups, decode "
+          f"{run['seconds']['decode']} s, run_batch {run['seconds']['run_batch']} s\n" + row["evidence"])
+
+
+def grouped_options(cases: list) -> set:
+    return {json.dumps(c["options"], sort_keys=True) for c in cases}
 
 
 def test_the_spark_mapping_fails_a_discarded_batch_that_delivers():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import time
 
 from mqbatch import codec, landing
 from mqbatch.conformance_subscriber import TOPIC, Case, check, groups, result
@@ -137,6 +138,7 @@ def run_spark(spark, workdir: str | pathlib.Path) -> dict:
     from functools import reduce
     from mqbatch.spark import decode, read_landing
     workdir = pathlib.Path(workdir)
+    t0 = time.monotonic()
     grouped = [(json.loads(key), cases) for key, cases in groups().items()]
     frames = [decode(read_landing(spark, [str(write_landing(workdir / f"decode-{seg}", seg, cases))]),
                      job_options(opts)).select("segment", *_COLUMNS) for seg, (opts, cases) in enumerate(grouped)]
@@ -154,4 +156,7 @@ def run_spark(spark, workdir: str | pathlib.Path) -> dict:
         if not opts:
             default = (cases, ids)
     cases, ids = default
-    return {"cases": results, "records_check": records_check(cases, ids, batch_records(spark, workdir, cases))}
+    t1 = time.monotonic()
+    rc = records_check(cases, ids, batch_records(spark, workdir, cases))
+    return {"cases": results, "records_check": rc,
+            "seconds": {"decode": round(t1 - t0, 1), "run_batch": round(time.monotonic() - t1, 1)}}
