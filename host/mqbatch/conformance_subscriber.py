@@ -9,11 +9,15 @@ command's flags (--max-batch-size N --max-payload-bytes N [--partial] [--no-empt
 
     run_corpus()                                   # the host decoder mqbatch.codec.decode, in process
     run_corpus(cmd=["mqbatch", "decode"])          # any command speaking the protocol
+    mqbatch.conformance_spark.run_spark(spark, dir)   # the Spark job, on the corpus as a landing zone
 
 Per case: the verdict (ok / partial / discarded), the reason code, that a
 discarded batch delivers no sub-message (a partial one only those before the
 mismatch), and that the log record names the topic, the client id, both batch
-properties and the reason (§4.2).
+properties and the reason (§4.2). An aspect a subscriber cannot meet by design is
+reported as not applicable with the reason (check(client_id_absent=...)), never as
+a pass. The corpus's sub-messages are valid mqbatch records where the case allows,
+so a subscriber that delivers from a discarded batch lands real records.
 """
 from __future__ import annotations
 
