@@ -93,6 +93,8 @@ def batch_records(spark, workdir: pathlib.Path, cases: list[Case]) -> dict[str, 
     shutil.rmtree(out, ignore_errors=True)
     write_landing(land, 0, cases)
     run_batch(spark, str(land), str(out), job_options({}))
+    if not any((out / "records").rglob("*.parquet")):
+        return {}                   # an empty records/ has no schema to read
     return {r["batch_id"]: r["n"] for r in spark.read.parquet(str(out / "records"))
             .groupBy("batch_id").agg(F.count("*").alias("n")).collect()}
 
