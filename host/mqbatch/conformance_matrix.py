@@ -4,8 +4,11 @@ MQTT 5.0 rules a publisher must obey; verdicts from the evidence of a run.
 Each requirement: id, spec section, level (MUST/SHOULD/MAY), text, how it is checked
 and a `check` naming the evidence: ("pub", rules) for rules the proxy checks on the
 publisher's packets, ("sub", case classes or names) for the subscriber corpus,
-("broker", name) for a check of the broker with reference clients, or
-("none", reason) for NOT TESTED with its reason.
+("broker", name) for a check of the broker with reference clients, ("spark",) for the
+Spark job run through the corpus (mqbatch.conformance_spark), or ("none", reason) for
+NOT TESTED with its reason. A corpus aspect that does not apply to a subscriber
+(passed None, e.g. the client id the Spark job can never see) is neither a pass nor a
+fail: the evidence lists it with its reason.
 
 PASS: evidence exists and nothing failed; FAIL: a violation or a failed case, with
 the evidence; NOT TESTED: no evidence in this run (the reason says why).
@@ -72,10 +75,12 @@ REQUIREMENTS = [
     Req("BATCH-3.2-6", "3.2", "SHOULD", "Implement and respect configurable limits (§3.3).",
         "corpus: limits configured below the defaults", ("sub", ["over-configured-batch-size",
                                                                  "over-configured-payload"])),
-    Req("BATCH-3.2-SPARK", "3.2, 4", "MUST", "The Spark job (spark_jobs/telemetry_job.py) as a subscriber: §3.2 and "
-        "§4 on the same corpus.", "an adapter feeding it the corpus as `mqbatch decode` JSON Lines",
-        ("none", "not run: spark_jobs/ is being restructured by another change; `--sub-cmd` takes any command that "
-                 "speaks the `mqbatch decode` JSON Lines protocol, so an adapter around the job plugs in unchanged")),
+    Req("BATCH-3.2-SPARK", "3.2, 4", "MUST", "The Spark job (mqbatch.spark, spark_jobs/telemetry_job.py) as a "
+        "subscriber: §3.2, §3.3 and §4 on the same corpus.",
+        "the corpus as a real landing zone; the job's decode step per option group (JobOptions): batch_status, "
+        "batch-stage reason, sub_payload rows delivered, the quarantine row as the log (topic, batch properties, "
+        "reason); run_batch once: no records/ row from a discarded batch (mqbatch.conformance_spark)",
+        ("spark",)),
     # 3.3
     Req("BATCH-3.3-1", "3.3", "SHOULD", "Publishers and subscribers implement configurable limits; defaults 100 "
         "sub-messages, 65536 bytes.", "corpus: 100 accepted, 101 and 65537 bytes rejected at the defaults; proxy: "
@@ -133,8 +138,8 @@ REQUIREMENTS = [
         "corpus: hostile inputs (400-digit batch-size, 5-byte VBIs, garbage) each get a verdict, nothing delivered",
         ("sub", list(_ALL_ERRORS))),
     Req("BATCH-7-5", "7", "SHOULD", "Applications validate each SubPayload's content.", "-",
-        ("none", "application-specific; mqbatch's records are validated by the Spark job (docs/spark.md), which "
-                 "another change is restructuring: not run by this harness")),
+        ("none", "application-specific; mqbatch's records are validated by the Spark job (docs/spark.md, "
+                 "tests/test_spark_job.py), not by this harness")),
     Req("BATCH-7-6", "7", "MUST", "Limits on batch-size and payload bytes enforced on publisher and subscriber.",
         "proxy: publisher batches within limits; corpus: subscriber rejects over-limit batches",
         ("pub+sub", ["BATCH-LIMITS"], ["limit"])),
@@ -206,10 +211,10 @@ def _sub_verdict(sel: list[str], sub: list | None, aspects=_VERDICT) -> tuple[st
     if not sub:
         return NOT_TESTED, "subscriber suite not run"
     cases = [c for c in sub if (c["case"] in sel or c["class"] in sel)
-             and any(x["aspect"] in aspects for x in c["checks"])]
+             and any(x["aspect"] in aspects and x["passed"] is not None for x in c["checks"])]
     if not cases:
         return NOT_TESTED, "no corpus case selected"
-    failed = [(c, [x for x in c["checks"] if x["aspect"] in aspects and not x["passed"]]) for c in cases]
+    failed = [(c, [x for x in c["checks"] if x["aspect"] in aspects and x["passed"] is False]) for c in cases]
     failed = [(c, xs) for c, xs in failed if xs]
     if failed:
         return FAIL, "\n".join(f"{c['case']}: " + "; ".join(x["evidence"] for x in xs)
@@ -218,11 +223,39 @@ def _sub_verdict(sel: list[str], sub: list | None, aspects=_VERDICT) -> tuple[st
                                                      for c in cases[:8]) + (" ..." if len(cases) > 8 else "")
 
 
-def verdicts(pub: dict | None, sub: list | None, broker: dict | None) -> list[dict]:
+def _not_applicable(cases: list) -> list[str]:
+    """'aspect (N cases): reason' for each aspect reported as not applicable."""
+    seen: dict[tuple[str, str], int] = {}
+    for c in cases:
+        for x in c["checks"]:
+            if x["passed"] is None:
+                seen[(x["aspect"], x["evidence"])] = seen.get((x["aspect"], x["evidence"]), 0) + 1
+    return [f"{a} ({n} cases): {e}" for (a, e), n in seen.items()]
+
+
+def _spark_verdict(spark: dict | None) -> tuple[str, str]:
+    if not spark:
+        return NOT_TESTED, ("Spark job not run in this invocation (it needs a local Spark session): "
+                            "`mqbatch conformance subscriber --spark`; tests/test_conformance_spark.py in `make test`")
+    cases, rc = spark["cases"], spark["records_check"]
+    failed = [c for c in cases if not c["passed"]]
+    lines = [f"{c['case']}: " + "; ".join(x["evidence"] for x in c["checks"] if x["passed"] is False)
+             for c in failed]
+    summary = [f"{len(cases) - len(failed)} of {len(cases)} corpus cases pass (verdict, reason, delivered, log"
+               f"{', partial warning' if any(c['class'] == 'partial' for c in cases) else ''})",
+               f"records/: {'PASS' if rc['passed'] else 'FAIL'}: {rc['evidence']}",
+               *_not_applicable(cases)]
+    return (FAIL if failed or not rc["passed"] else PASS), "\n".join(lines + summary)
+
+
+def verdicts(pub: dict | None, sub: list | None, broker: dict | None, spark: dict | None = None) -> list[dict]:
+    """spark: mqbatch.conformance_spark.run_spark's result, when the Spark job was run."""
     rows = []
     for r in REQUIREMENTS:
         kind = r.check[0]
-        if kind == "pub":
+        if kind == "spark":
+            v, ev = _spark_verdict(spark)
+        elif kind == "pub":
             v, ev = _pub_verdict(r.check[1], pub)
         elif kind == "sub":
             v, ev = _sub_verdict(r.check[1], sub, *r.check[2:])
@@ -243,6 +276,15 @@ def verdicts(pub: dict | None, sub: list | None, broker: dict | None) -> list[di
 
 def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", "<br>")
+
+
+def _case_table(cases: list) -> list[str]:
+    out = ["| case | class | options | expected | result |", "|---|---|---|---|---|"]
+    for c in cases:
+        res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"] if x["passed"] is False)
+        out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
+                   f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+    return out
 
 
 def markdown(report: dict) -> str:
@@ -305,11 +347,14 @@ def markdown(report: dict) -> str:
                 for sc in found] or ["- none"]
     sub = report.get("subscriber_run")
     if sub:
-        out += ["", "## Subscriber corpus", "", "| case | class | options | expected | result |", "|---|---|---|---|---|"]
-        for c in sub:
-            res = "pass" if c["passed"] else "FAIL: " + "; ".join(x["evidence"] for x in c["checks"] if not x["passed"])
-            out.append(f"| {c['case']} | {c['class']} | {json.dumps(c['options']) if c['options'] else '-'} | "
-                       f"{c['expect'][0]} {c['expect'][1] or ''} | {_cell(res[:400])} |")
+        out += ["", "## Subscriber corpus", "", *_case_table(sub)]
+    spark = report.get("spark_run")
+    if spark:
+        out += ["", "## Spark job as the subscriber (mqbatch.conformance_spark)", "",
+                f"- records/: {'pass' if spark['records_check']['passed'] else 'FAIL'}: "
+                f"{_cell(spark['records_check']['evidence'])}",
+                *(f"- {_cell(x)}" for x in _not_applicable(spark["cases"])), "",
+                *_case_table(spark["cases"])]
     out += ["", HOW]
     return "\n".join(out) + "\n"
 
@@ -333,9 +378,17 @@ HOW = """## How the harness works
   batch publisher).
 - A subscriber is tested with `--cmd` speaking the JSON Lines protocol of `mqbatch decode` (input lines
   may carry `client_id`; the options arrive as `--max-batch-size`, `--max-payload-bytes`, `--partial`,
-  `--no-empty`; a JSON log record on stderr for every batch that is not ok). The Spark job
-  (`spark_jobs/telemetry_job.py`) is NOT TESTED here: it is being restructured; an adapter that feeds it
-  these lines and prints its verdicts is all it needs.
+  `--no-empty`; a JSON log record on stderr for every batch that is not ok).
+- The Spark job (`mqbatch.spark`, `spark_jobs/telemetry_job.py`) is the subscriber under test of row
+  BATCH-3.2-SPARK with `--spark` (or `--full`): `mqbatch.conformance_spark` writes the corpus as a real
+  landing zone (one Parquet file per option group), runs the job's decode step per group with those
+  JobOptions in one local Spark session, and reads the verdict from the landed row's batch_status, the
+  reason from the batch-stage row, the delivered sub-messages from the rows with a sub_index, and the log
+  from the batch's quarantine row (topic, user properties, reason, detail). It then runs the full batch
+  job (run_batch) once on the default-options cases: no records/ row may come from a discarded batch.
+  The corpus sub-messages are real mqbatch records, so a leak would land. The publisher's client id is
+  "not applicable" for the job (MQTT 5 does not forward it to subscribers), reported with that reason.
+  `make test` runs it in `tests/test_conformance_spark.py` with the shared test session.
 - The device's packet parsers are also fuzzed inside the Unix port (`tests/test_conformance_fuzz.py`, 50,000
   inputs in `make test`; long run: `MICROPYPATH=firmware:tests/mpy .venv/bin/micropython
   tests/mpy/fuzz_packet.py 5000000 7`), figures in docs/mqtt-client.md.
