@@ -12,7 +12,7 @@ setup:
 	@tools/bootstrap.sh
 
 bench: setup
-	.venv/bin/python tools/bench.py
+	.venv/bin/mqbatch bench all
 
 clean:
 	rm -rf .venv build run .pytest_cache .hypothesis

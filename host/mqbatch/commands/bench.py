@@ -4,6 +4,7 @@ runs, ratios measured in the same run). Targets:
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
   ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
+  all     the three above in turn (`--quick`: smoke-test sizes); `make bench` runs it
 """
 from __future__ import annotations
 
@@ -126,7 +127,23 @@ def bench_ingest(args: argparse.Namespace) -> int:
     return run_ingest(args)
 
 
-TARGETS = {"spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest}
+# `bench all`: every target in turn, each with its own defaults (or its smoke-test size with --quick)
+ALL = (("device", ["--quick"]), ("ingest", ["--quick"]), ("spark", ["--records", "20000", "--repeat", "1"]))
+
+
+def bench_all(args: argparse.Namespace) -> int:
+    from mqbatch.cli import main
+    failed = []
+    for name, quick in ALL:
+        print(f"== mqbatch bench {name} {' '.join(quick) if args.quick else ''}".rstrip(), flush=True)
+        if main(["bench", name] + (quick if args.quick else [])) != 0:
+            failed.append(name)
+    if failed:
+        print(f"bench all: {', '.join(failed)} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+TARGETS = {"spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest, "all": bench_all}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,4 +163,6 @@ def register(sub) -> None:
         "device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop"))
     from mqbatch.bench_ingest import add_arguments as ingest_arguments
     ingest_arguments(targets.add_parser("ingest", help="recorder vs counting subscriber: PUBLISH/s, peak RSS (5 repetitions)"))
+    a = targets.add_parser("all", help="device, ingest and spark in turn")
+    a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     p.set_defaults(func=run)
