@@ -114,3 +114,25 @@ def test_keys_are_checked_before_a_jvm_and_kept_out_of_repr(tmp_path):
     assert KEY_A.hex() not in repr(opts) and "hmac_keys" not in repr(opts)
     from mqbatch.commands.spark import job_arguments
     assert job_arguments(args)[-2:] == ["--hmac-keys", str(bad)]
+
+
+def test_local_stack_gives_each_device_a_key_in_its_config_and_a_0600_keys_file(tmp_path):
+    """LocalStack (the demo, `mqbatch devices`): 32 random bytes per device, written into
+    each virtual device's config.json and into the Spark job's --hmac-keys file (0600)."""
+    import stat
+    from mqbatch.devices import Fleet
+    from mqbatch.stack import LocalStack
+    stack = LocalStack(tmp_path / "stack", ["dev-001", "dev-002"])
+    assert stat.S_IMODE(stack.hmac_keys_file.stat().st_mode) == 0o600
+    assert dict(job_options.load_hmac_keys(str(stack.hmac_keys_file))) == stack.hmac_keys
+    assert {len(k) for k in stack.hmac_keys.values()} == {32} and len(set(stack.hmac_keys.values())) == 2
+    fleet = Fleet(tmp_path / "devices", "127.0.0.1", 1, credentials=stack.credentials, ca=stack.ca_cert,
+                  hmac_keys=stack.hmac_keys)
+    for dev, key in stack.hmac_keys.items():
+        cfg = json.loads((fleet.dir(dev) / "config.json").read_text())
+        assert integrity.parse_key(cfg["hmac_key"]) == key
+        assert stat.S_IMODE((fleet.dir(dev) / "config.json").stat().st_mode) == 0o600
+        assert fleet.heap(dev) == "72K"            # 64K + HMAC_EXTRA_HEAP (see mqbatch.devices)
+    unsigned = Fleet(tmp_path / "plain", "127.0.0.1", 1, credentials={"dev-001": "pw"}, tls=False)
+    assert "hmac_key" not in json.loads((unsigned.dir("dev-001") / "config.json").read_text())
+    assert unsigned.heap("dev-001") == "64K"

@@ -3,8 +3,10 @@ before it starts a JVM, and the job (mqbatch.spark.job) parses the same ones."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import pathlib
 import stat
 
@@ -42,6 +44,21 @@ def _non_negative(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
+
+
+def write_hmac_keys(path: os.PathLike | str, keys: dict[str, bytes]) -> pathlib.Path:
+    """Write the --hmac-keys file ({device: hex key}, sorted) atomically, mode 0600 from
+    its creation (it holds every device's secret); returns its path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        json.dump({d: k.hex() for d, k in sorted(keys.items())}, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
 
 
 def load_hmac_keys(path: str) -> tuple:
