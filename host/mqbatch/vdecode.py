@@ -15,6 +15,9 @@ pyarrow compute: no Python object per landed row or per record on the binary pat
   reference: codec.decode, records.parse, records.device_from_topic) and JSON
   records (records.parse per record) run Python per row.
 - batch_id is one hashlib.sha256 per landed row (per PUBLISH, not per record).
+- with the job's --hmac-keys (opts.hmac_keys), mqbatch.spark.batch_hmac.check runs per
+  landed row whose topic names a device, before the batch's structure counts: a
+  failure is one discarded batch row with its BATCH_HMAC_* reason (docs/spark.md).
 
 Pure: pyarrow + numpy, no pyspark, no I/O. Memory: a few arrays of the size of
 the input batch's payload bytes, records and readings (docs/spark.md).
@@ -108,7 +111,7 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     topic_ok = _topic_ok(topics)
     device = pc.if_else(pa.array(topic_ok), _device(topics), pa.scalar(None, pa.string()))
     batch_id = _batch_ids(topics, props, payload, n)
-    hmac_details = _check_hmac(status, breason, delivered, msgs, topic_ok, topics, props, payload, opts)
+    hmac_details = _check_hmac(status, breason, delivered, topic_ok, topics, props, payload, opts)
     if hmac_details:
         msgs = msgs.without(np.fromiter(hmac_details, np.int64))
 
@@ -157,7 +160,7 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     return pa.RecordBatch.from_arrays([columns[f.name] for f in DECODED], schema=DECODED)
 
 
-def _check_hmac(status, breason, delivered, msgs, topic_ok, topics, props, payload, opts) -> dict:
+def _check_hmac(status, breason, delivered, topic_ok, topics, props, payload, opts) -> dict:
     """--hmac-keys: batch_hmac.check per landed row whose topic names a device (per PUBLISH,
     as the reference, before its structure counts). A failed row becomes one discarded
     batch row (status, reason, delivered updated in place); returns {row: detail}."""
