@@ -17,7 +17,8 @@ The compiled firmware is one ROMFS image, mapped outside each interpreter's heap
 (mqbatch.romfs_run, boards/unix/boot.py) as ROMFS or frozen code sits in a
 board's flash: `heapsize` then limits the application's own RAM. The default is
 "64K", the heap the application is measured to run in (docs/application.md,
-Memory); None gives the port's default heap.
+Memory), plus HMAC_EXTRA_HEAP for a device given an hmac_key (it signs each batch;
+measured: it does not start in 64K); None gives the port's default heap.
 """
 from __future__ import annotations
 
