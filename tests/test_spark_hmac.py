@@ -72,6 +72,7 @@ def test_good_unsigned_tampered_and_unknown_device_batches(spark, tmp_path):
     plain = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "plain"), job.JobOptions())
     assert plain["quarantine"]["by_reason"] == {"TOPIC_NOT_TELEMETRY": 1}
     assert plain["records"]["received"] == 12
+    assert "hmac_keys" not in plain["options"]
 
 
 def test_keys_file_readable_by_others_is_refused(tmp_path):

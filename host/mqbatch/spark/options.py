@@ -29,9 +29,13 @@ class JobOptions:
     hmac_keys: tuple | None = dataclasses.field(default=None, repr=False)
 
     def report_dict(self) -> dict:
-        """The options for report.json: the keys themselves are replaced by the devices they are for."""
+        """The options for report.json: the keys themselves are replaced by the devices they
+        are for; without --hmac-keys the report is as before (no hmac_keys entry)."""
         d = dataclasses.asdict(self)
-        d["hmac_keys"] = None if self.hmac_keys is None else [device for device, _ in self.hmac_keys]
+        if self.hmac_keys is None:
+            del d["hmac_keys"]
+        else:
+            d["hmac_keys"] = [device for device, _ in self.hmac_keys]
         return d
 
     def decode_options(self) -> codec.DecodeOptions:
