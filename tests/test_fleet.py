@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mqbatch import codec, fleet, landing
+from mqbatch import codec, fleet, integrity, landing
 from mqbatch.broker import MOSQUITTO, free_port
 from mqbatch.cli import main
 from mqbatch.ingest import RecorderConfig
@@ -70,6 +70,12 @@ def test_files_are_private_and_secrets_never_leave_0600_files(fleet_dir, capsys)
     secrets = [(d / "recorder" / "password").read_text().strip()] + [
         json.loads((d / "devices" / dev / "config.json").read_text())["broker"]["password"] for dev in DEVICES]
     assert all(len(s) >= 20 for s in secrets) and len(set(secrets)) == 3
+    # each device's batch-hmac key: in its config and in the Spark job's keys file, 32 random bytes
+    keys = json.loads((d / "recorder" / "hmac-keys.json").read_text())
+    assert keys == {dev: json.loads((d / "devices" / dev / "config.json").read_text())["hmac_key"] for dev in DEVICES}
+    assert all(len(integrity.parse_key(k)) == 32 for k in keys.values()) and len(set(keys.values())) == 2
+    secrets += list(keys.values())
+    assert f"--hmac-keys {d / 'recorder' / 'hmac-keys.json'}" in shown
     modes = {}
     for path in [d, *d.rglob("*")]:
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -109,8 +115,12 @@ def test_add_refuses_an_existing_device_unless_rotate(fleet_dir, capsys):
                       ("127.0.0.1", "a name of the broker's certificate")):
         assert main(["fleet", "add", str(d), name]) == 1
         assert why in capsys.readouterr().err
+    keys_before = json.loads((d / "recorder" / "hmac-keys.json").read_text())
     assert main(["fleet", "add", str(d), "kitchen-1", "--rotate"]) == 0
     assert json.loads(cfg.read_text())["broker"]["password"] != json.loads(before)["broker"]["password"]
+    keys = json.loads((d / "recorder" / "hmac-keys.json").read_text())     # a new key for the rotated device only
+    assert keys["kitchen-1"] == json.loads(cfg.read_text())["hmac_key"] != keys_before["kitchen-1"]
+    assert keys["garage-2"] == keys_before["garage-2"]
     state = json.loads((d / "fleet.json").read_text())
     assert "rotated" in state["devices"]["kitchen-1"] and "rotated" not in state["devices"]["garage-2"]
     # the other accounts keep their hashes (their passwords keep working)
@@ -159,12 +169,16 @@ def test_walk_through_devices_land_through_the_generated_broker(fleet_dir, tmp_p
         total = sum(sums[dev]["acked_records"] for dev in DEVICES)
         batches = sum(sums[dev]["acked_batches"] for dev in DEVICES)
 
+        keys = {dev: bytes.fromhex(k) for dev, k in json.loads((d / "recorder" / "hmac-keys.json").read_text()).items()}
+
         def landed() -> dict[str, int]:
             rows = landing.read_landing(tmp_path / "landing").to_pylist()
             batches = {(r["topic"], r["payload"]): r for r in rows}     # a resent batch counts once
             out = {}
             for (topic, payload), r in batches.items():
-                res = codec.decode([(p["key"], p["value"]) for p in r["user_properties"]], payload)
+                props = [(p["key"], p["value"]) for p in r["user_properties"]]
+                assert integrity.verify(keys[topic.split("/")[1]], topic, props, payload) is None   # signed
+                res = codec.decode(props, payload)
                 out[topic] = out.get(topic, 0) + len(res.messages)
             return out
 
@@ -211,6 +225,7 @@ def test_add_and_rotate_take_effect_when_the_broker_restarts(fleet_dir):
         new3 = password("new-3")
         assert main(["fleet", "remove", str(d), "new-3"]) == 0
         assert not (d / "devices" / "new-3").exists() and "new-3" not in json.loads((d / "fleet.json").read_text())["devices"]
+        assert sorted(json.loads((d / "recorder" / "hmac-keys.json").read_text())) == ["garage-2", "kitchen-1"]
         end_process(broker, timeout=10)
         broker = start_mosquitto(conf, port)
         removed = connack("new-3", new3)
@@ -232,7 +247,7 @@ def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):
                  "--wifi-password-file", str(wifi)]) == 0
     cfg = json.loads((d / "devices" / "porch-4" / "config.json").read_text())
     template = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
-    assert set(cfg) == set(template) and cfg["hw"] == template["hw"]
+    assert set(cfg) == set(template) | {"hmac_key"} and cfg["hw"] == template["hw"]
     assert cfg["wifi"] == dict(template["wifi"], ssid="home", password="wifi-secret-123")
     b = cfg["broker"]
     assert (b["host"], b["server_hostname"], b["port"], b["username"], b["ca"], b["tls"]) == (

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from mqbatch import codec, records, vdecode
+from mqbatch.spark import batch_hmac
 from mqbatch.paths import ROOT
 
 
@@ -39,13 +40,22 @@ def test_schema_is_the_spark_jobs():
     assert vdecode.LANDED_COLUMNS == ref.LANDED_COLUMNS
 
 
-def test_module_is_pure():
-    """Imports only pyarrow, numpy, hashlib, json and mqbatch's pure codec/records: no pyspark, no I/O."""
-    tree = ast.parse((ROOT / "host" / "mqbatch" / "vdecode.py").read_text(encoding="utf-8"))
+def _imports(path) -> set:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {f"{n.module}:{a.name}" if n.module == "mqbatch" else n.module.split(".")[0]
+    imported |= {f"{n.module}:{a.name}" if n.module.startswith("mqbatch") else n.module.split(".")[0]
                  for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert imported == {"__future__", "hashlib", "json", "numpy", "pyarrow", "mqbatch:codec", "mqbatch:records"}
+    return imported
+
+
+def test_module_is_pure():
+    """Imports only pyarrow, numpy, hashlib, json and mqbatch's pure codec/records and the
+    job's pure batch-hmac check (itself only integrity/records): no pyspark, no I/O."""
+    assert _imports(ROOT / "host" / "mqbatch" / "vdecode.py") == {
+        "__future__", "hashlib", "json", "numpy", "pyarrow", "mqbatch:codec", "mqbatch:records",
+        "mqbatch.spark:batch_hmac"}
+    assert _imports(ROOT / "host" / "mqbatch" / "spark" / "batch_hmac.py") == {
+        "__future__", "functools", "mqbatch:integrity", "mqbatch:records"}
 
 
 def test_every_shared_vector_decodes_identically():
@@ -64,6 +74,7 @@ def test_generated_and_mutated_batches_decode_identically():
     assert [d[2] for d in out.differences[:3]] == [], len(out.differences)
     # the run covered every reason code, valid records, and both paths of the decoder
     want = set(codec.REASON_CODES) | {records.TOPIC_INVALID} | set(records.RECORD_REASONS) | {None}
+    want |= set(batch_hmac.REASONS)           # signed, unsigned, tampered, malformed, unknown device
     assert want <= set(out.reasons), want - set(out.reasons)
     assert out.reasons[None] > 100_000
     print(f"vdecode differential: {out.cases:,} cases, {out.records:,} output rows, {out.stats}")

@@ -8,7 +8,8 @@ reference path (decode_batches) on generated, mutated and shared-vector batches.
 
 Each case is one landed PUBLISH; cases are grouped into Arrow batches of --batch
 rows, each batch with its own random job options (partial, allow_empty, limits,
-max_future_s). Both paths must return identical Arrow tables (schema, rows, order,
+max_future_s, and --hmac-keys for some: most rows carry a batch-hmac, good, tampered,
+malformed or made with another key, some none, and some devices have no key). Both paths must return identical Arrow tables (schema, rows, order,
 values), or both raise the same exception class. Prints the count of cases and of
 differences; exit status 1 on any difference (the first few are printed).
 Also used by tests/test_vdecode.py (a bounded run in `make test`).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import hashlib
 import json
 import random
 import sys
@@ -25,7 +27,7 @@ import time
 
 import pyarrow as pa
 
-from mqbatch import codec, records, vdecode
+from mqbatch import codec, integrity, records, vdecode
 from mqbatch.paths import ROOT
 
 T0_MS = 1_795_000_000_000
@@ -213,8 +215,43 @@ VBI_CASES = [b"\x80", b"\xff\xff\xff\xff\x01", b"\x80\x00", b"\x81\x80\x00", b"\
              b"\x05ab", b"\xff\xff\xff\x7f", b"\x80\x01" + b"x" * 128, b"\x7f" + b"y" * 127]
 
 
+# the devices dev-0 .. dev-49 of _topic; --hmac-keys (when a batch's options have it) holds 45 of them
+HMAC_KEYS = tuple((f"dev-{i}", hashlib.sha256(f"key of dev-{i}".encode()).digest()) for i in range(45))
+_KEYS = dict(HMAC_KEYS)
+_OTHER_KEY = b"\x42" * 32
+
+
+def _sign(rng: random.Random, row: dict) -> None:
+    """Add a batch-hmac to row's user properties (as the reference reads them): good (most),
+    none, over a changed payload, under another key, malformed or repeated."""
+    r = rng.random()
+    if r < 0.15 or row["user_properties"] is None:
+        return                                                   # unsigned
+    topic, payload = row["topic"], row["payload"] or b""
+    props = [((p or {}).get("key") or "", (p or {}).get("value") or "") for p in row["user_properties"]]
+    key = _KEYS.get(topic[len("mqbatch/"):-len("/telemetry")] if topic else "", _OTHER_KEY)
+    try:
+        mac = integrity.mac_hex(_OTHER_KEY if r < 0.2 else key, topic or "", props, payload)
+    except ValueError:                                           # a hostile property over 65535 bytes
+        return
+    if r < 0.25:
+        row["payload"] = payload + b"\x00"                       # tampered after signing
+    elif r < 0.28:
+        mac = rng.choice([mac.upper(), mac[:-1], mac + "0", "", "g" * 64])
+    entry = {"key": integrity.PROPERTY, "value": mac}
+    row["user_properties"].insert(rng.randrange(len(row["user_properties"]) + 1), entry)
+    if 0.28 <= r < 0.30:
+        row["user_properties"].append(entry)                     # repeated
+
+
 def case(rng: random.Random) -> dict:
-    """One landed row (dict of the landed columns; received_at in µs)."""
+    """One landed row (dict of the landed columns; received_at in µs), signed by _sign."""
+    row = _case(rng)
+    _sign(rng, row)
+    return row
+
+
+def _case(rng: random.Random) -> dict:
     received_ms = T0_MS + rng.randint(0, 10 ** 9)
     subs = _subs(rng, received_ms)
     payload = codec.encode_payload(subs)
@@ -246,7 +283,8 @@ def job_options(rng: random.Random, ref):
         partial=rng.random() < 0.5, allow_empty=rng.random() < 0.7,
         max_batch_size=100 if rng.random() < 0.7 else rng.choice([1, 3, 120, 10 ** 12, 10 ** 13, 2 ** 70, 0]),
         max_payload_bytes=65536 if rng.random() < 0.8 else rng.choice([30, 200, 10 ** 20, 0]),
-        max_future_s=86400 if rng.random() < 0.8 else rng.choice([0, -5, 10 ** 20]))
+        max_future_s=86400 if rng.random() < 0.8 else rng.choice([0, -5, 10 ** 20]),
+        hmac_keys=HMAC_KEYS if rng.random() < 0.4 else None)
 
 
 def landed_batch(rows: list[dict]) -> pa.RecordBatch:

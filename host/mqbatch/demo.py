@@ -129,7 +129,7 @@ class Demo:
                    "backoff": {"initial_ms": 500, "max_ms": 4000}}
             self.fleet = Fleet(o.run_dir / "devices", self.relay.host, self.relay.port,
                                credentials=self.stack.credentials, ca=self.stack.ca_cert, heapsize=o.heapsize,
-                               config=cfg)
+                               config=cfg, hmac_keys=self.stack.hmac_keys)
             self.run_start, self.run_start_wall = time.monotonic(), time.time()
             self.fleet.start()
             self.faults = threading.Thread(target=self.inject_faults, name="faults", daemon=True)
@@ -246,7 +246,7 @@ class Demo:
         local.mkdir()
         java_opts = f"-Djava.io.tmpdir={local} -XX:-UsePerfData"
         cmd = [str(venv_tool("mqbatch")), "spark", "--landing", str(landing), "--out", str(out),
-               "--pyfiles-zip", str(self.o.run_dir / "mqbatch.zip"),
+               "--pyfiles-zip", str(self.o.run_dir / "mqbatch.zip"), "--hmac-keys", str(self.stack.hmac_keys_file),
                "--conf", f"spark.local.dir={local}", "--conf", f"spark.driver.extraJavaOptions={java_opts}",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"]
         env = dict(os.environ, SPARK_LOCAL_DIRS=str(local), TMPDIR=str(local))

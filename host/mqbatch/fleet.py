@@ -10,13 +10,15 @@ A fleet directory holds everything one Mosquitto 2.0 broker and its devices need
     DIR/broker/dynamic-security.json  accounts, password hashes, roles (0600)
     DIR/broker/data/                persistence
     DIR/recorder/password           the recorder's password (0600), for `mqbatch ingest --password-file`
-    DIR/devices/<id>/config.json    the device's config (holds its password: 0600)
+    DIR/recorder/hmac-keys.json     every device's batch-hmac key (0600), for `mqbatch spark --hmac-keys`
+    DIR/devices/<id>/config.json    the device's config (holds its password and hmac_key: 0600)
     DIR/devices/<id>/ca.der         the CA for the device (DER: no PEM parsing on the board)
     DIR/devices/<id>/client.*       with mutual TLS (init mtls_port, add client_cert): its certificate, key 0600
     DIR/pki/ca.crl                  with mutual TLS: the revoked client certificates
 
 Directories are 0700, every file holding a secret 0600; passwords are random
-(secrets.token_urlsafe) and never printed. The policy is mqbatch.brokerconf's:
+(secrets.token_urlsafe) and never printed; so are the devices' batch-hmac keys
+(32 random bytes each, new on --rotate, dropped by remove). The policy is mqbatch.brokerconf's:
 dynamic-security plugin, one account per device (client id = username = device
 id, writes only mqbatch/<id>/telemetry and /status), one recorder account (joins
 the recorders' share group only), TLS only, no anonymous access, every size and
@@ -50,7 +52,8 @@ from mqbatch.brokerconf import Policy, password_hash
 from mqbatch.deploy import BOARD_NAMES
 from mqbatch.paths import BOARDS
 from mqbatch.pki import issue_client, issue_server, load_ca, make_ca, write_crl
-from mqbatch.stack import RECORDER, RECORDER_CLIENT_ID
+from mqbatch.spark.options import write_hmac_keys
+from mqbatch.stack import HMAC_KEY_BYTES, RECORDER, RECORDER_CLIENT_ID
 
 FLEET_FILE = "fleet.json"
 DEFAULT_PORT = 8883
@@ -118,6 +121,7 @@ class FleetDir:
         self.conf = self.broker / "mosquitto.conf"
         self.dynsec = self.broker / "dynamic-security.json"
         self.recorder_password = self.root / "recorder" / "password"
+        self.hmac_keys = self.root / "recorder" / "hmac-keys.json"
         self.ca_cert = self.pki / "ca.crt"
         self.crl = self.pki / "ca.crl"
 
@@ -137,6 +141,20 @@ class FleetDir:
 
     def save(self, state: dict) -> None:
         _write(self.state_path, json.dumps(state, indent=1) + "\n", 0o644)
+
+    def load_hmac_keys(self) -> dict[str, bytes]:
+        """{device: key} of recorder/hmac-keys.json ({} before the first `fleet add`)."""
+        try:
+            doc = json.loads(self.hmac_keys.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as e:
+            raise FleetError(f"cannot read {self.hmac_keys}: {e}") from None
+        return {dev: bytes.fromhex(key) for dev, key in doc.items()}
+
+    def update_hmac_keys(self, new: dict[str, bytes], removed: list[str] = ()) -> None:
+        keys = {d: k for d, k in self.load_hmac_keys().items() if d not in removed}
+        write_hmac_keys(self.hmac_keys, dict(keys, **new))
 
 
 # -- the broker's files ------------------------------------------------------------------
@@ -359,6 +377,8 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
         raise FleetError(f"already in the fleet: {', '.join(existing)} (give --rotate for new passwords)")
     configs = {}
     passwords = {dev: secrets.token_urlsafe(18) for dev in device_ids}
+    hmac_keys = {dev: secrets.token_bytes(HMAC_KEY_BYTES) for dev in device_ids}
+    fd.load_hmac_keys()                       # raises before any change if the keys file is unreadable
     for dev in device_ids:
         ssid, wifi_pw = wifi_ssid, wifi_password
         old = fd.device_dir(dev) / "config.json"
@@ -367,6 +387,7 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
             ssid = ssid if ssid is not None else old_wifi.get("ssid")
             wifi_pw = wifi_pw if wifi_pw is not None else old_wifi.get("password")
         configs[dev] = _device_config(board, dev, passwords[dev], state, ssid, wifi_pw)
+        configs[dev]["hmac_key"] = hmac_keys[dev].hex()      # the device signs each batch (docs/format.md)
     ca_der = (fd.pki / "ca.der").read_bytes()
     now = _now()
     for dev in device_ids:
@@ -379,6 +400,7 @@ def add(root: str | os.PathLike, device_ids: list[str], *, board: str = "unix", 
         state["devices"][dev] = entry
     _write_broker(fd, state, passwords)       # raises before any device file if a hash is missing
     fd.save(state)                            # with the revocations: a failure below needs a rerun with --rotate
+    fd.update_hmac_keys(hmac_keys)            # before the configs: no device signs with a key the job lacks
     written = []
     for dev in device_ids:
         d = _private_dir(fd.device_dir(dev))
@@ -418,6 +440,7 @@ def remove(root: str | os.PathLike, device_ids: list[str]) -> None:
         del state["devices"][dev]
     _write_broker(fd, state, {})
     fd.save(state)
+    fd.update_hmac_keys({}, removed=device_ids)
     for dev in device_ids:
         shutil.rmtree(fd.device_dir(dev), ignore_errors=False)
 
@@ -444,6 +467,7 @@ def show(root: str | os.PathLike) -> list[str]:
              f"recorder: user {state['recorder']['username']}, client id {state['recorder']['client_id']}, "
              f"password in {fd.root / state['recorder']['password_file']}",
              f"  {ingest_command(fd, state)}",
+             f"batch-hmac keys: {fd.hmac_keys} (0600): mqbatch spark --hmac-keys {fd.hmac_keys} ...",
              f"devices: {len(state['devices'])}"]
     for dev, entry in sorted(state["devices"].items()):
         extra = f", rotated {entry['rotated']}" if entry.get("rotated") else ""
@@ -473,11 +497,13 @@ def virtual_devices(root: str | os.PathLike, device_ids: list[str], run_dir: str
     shared = dict(configs[device_ids[0]], **overrides)
     broker = shared.pop("broker")
     shared.pop("device_id")
+    shared.pop("hmac_key", None)             # per device, below
     if len({(c["broker"]["port"], c["broker"]["client_cert"]) for c in configs.values()}) > 1:
         raise FleetError("run devices with client certificates and devices with passwords separately")
     shared["broker"] = {k: v for k, v in broker.items() if k not in ("username", "password", "ca")}
     devices = Fleet(run_dir, broker["host"], broker["port"], ca=fd.ca_cert, server_hostname=broker["server_hostname"],
-                    credentials={dev: cfg["broker"]["password"] for dev, cfg in configs.items()}, config=shared)
+                    credentials={dev: cfg["broker"]["password"] for dev, cfg in configs.items()}, config=shared,
+                    hmac_keys={dev: bytes.fromhex(cfg["hmac_key"]) for dev, cfg in configs.items() if cfg.get("hmac_key")})
     for dev in device_ids:
         for key, mode in (("client_cert", 0o644), ("client_key", 0o600)):
             name = configs[dev]["broker"][key]

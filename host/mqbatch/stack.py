@@ -11,6 +11,8 @@ limited).
     stack.recorder_login       # ("recorder", "<random password>"), client id RECORDER_CLIENT_ID
     stack.baseline_login       # ("baseline", ...): may only write under baseline/, client id "baseline"
     stack.policy               # the mqbatch.brokerconf.Policy in force
+    stack.hmac_keys            # {"dev-001": <32 random bytes>, ...}: each device's batch-hmac key
+    stack.hmac_keys_file       # the same as the Spark job's --hmac-keys file (run_dir/hmac-keys.json, 0600)
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ import secrets
 from mqbatch.broker import Mosquitto
 from mqbatch.brokerconf import LIMITS, Limits, Policy
 from mqbatch.pki import make_pki
+from mqbatch.spark.options import write_hmac_keys
 
 RECORDER = "recorder"
 RECORDER_CLIENT_ID = "mqbatch-recorder-1"   # `mqbatch ingest`'s default --client-id
 BASELINE = "baseline"           # the umqtt.simple comparison client (mqbatch.baseline)
+HMAC_KEY_BYTES = 32             # each device's batch-hmac key (docs/format.md "Batch integrity")
 
 
 class LocalStack:
@@ -34,6 +38,8 @@ class LocalStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.run_dir / "pki", clients=[RECORDER])
         self.credentials = {d: secrets.token_urlsafe(12) for d in devices}
+        self.hmac_keys = {d: secrets.token_bytes(HMAC_KEY_BYTES) for d in devices}
+        self.hmac_keys_file = write_hmac_keys(self.run_dir / "hmac-keys.json", self.hmac_keys)
         self.recorder_login = (RECORDER, secrets.token_urlsafe(12))
         self.baseline_login = (BASELINE, secrets.token_urlsafe(12))
         self.policy = Policy(limits=limits)

@@ -15,6 +15,9 @@ pyarrow compute: no Python object per landed row or per record on the binary pat
   reference: codec.decode, records.parse, records.device_from_topic) and JSON
   records (records.parse per record) run Python per row.
 - batch_id is one hashlib.sha256 per landed row (per PUBLISH, not per record).
+- with the job's --hmac-keys (opts.hmac_keys), mqbatch.spark.batch_hmac.check runs per
+  landed row whose topic names a device, before the batch's structure counts: a
+  failure is one discarded batch row with its BATCH_HMAC_* reason (docs/spark.md).
 
 Pure: pyarrow + numpy, no pyspark, no I/O. Memory: a few arrays of the size of
 the input batch's payload bytes, records and readings (docs/spark.md).
@@ -29,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mqbatch import codec, records
+from mqbatch.spark import batch_hmac
 
 # -- schema (pure pyarrow; equal to pyspark's to_arrow_schema(DECODED_SCHEMA)) ----
 
@@ -55,7 +59,8 @@ DECODED = pa.schema(list(LANDED) + [
 
 STATUSES = (codec.OK, codec.PARTIAL, codec.DISCARDED)
 STAGES = ("batch", "topic", "record")
-REASONS = codec.REASON_CODES + (records.TOPIC_INVALID, records.DEVICE_ID_INVALID) + records.RECORD_REASONS
+REASONS = (codec.REASON_CODES + (records.TOPIC_INVALID, records.DEVICE_ID_INVALID) + records.RECORD_REASONS
+           + batch_hmac.REASONS)
 _R = {r: i for i, r in enumerate(REASONS)}
 _OK, _PARTIAL, _DISCARDED = range(3)
 _BATCH, _TOPIC, _RECORD = range(3)
@@ -106,6 +111,9 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     topic_ok = _topic_ok(topics)
     device = pc.if_else(pa.array(topic_ok), _device(topics), pa.scalar(None, pa.string()))
     batch_id = _batch_ids(topics, props, payload, n)
+    hmac_details = _check_hmac(status, breason, delivered, topic_ok, topics, props, payload, opts)
+    if hmac_details:
+        msgs = msgs.without(np.fromiter(hmac_details, np.int64))
 
     has_batch_row = status != _OK
     topic_row = (delivered > 0) & ~topic_ok
@@ -116,7 +124,8 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     take = np.repeat(np.arange(n, dtype=np.int64), per_row)
 
     out = _Columns(n_out)
-    _batch_rows(out, np.flatnonzero(has_batch_row), row_start, breason, props, payload, topics, opts, stats)
+    _batch_rows(out, np.flatnonzero(has_batch_row), row_start, breason, props, payload, topics, opts, stats,
+                hmac_details)
     _topic_rows(out, np.flatnonzero(topic_row), row_start + has_batch_row, topics, stats)
 
     # sub-messages of rows that deliver records
@@ -151,12 +160,31 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
     return pa.RecordBatch.from_arrays([columns[f.name] for f in DECODED], schema=DECODED)
 
 
-def _batch_rows(out, rows, pos, breason, props, payload, topics, opts, stats) -> None:
-    """The batch rows (discarded or partial PUBLISHes); codec.decode writes their detail (rare rows)."""
+def _check_hmac(status, breason, delivered, topic_ok, topics, props, payload, opts) -> dict:
+    """--hmac-keys: batch_hmac.check per landed row whose topic names a device (per PUBLISH,
+    as the reference, before its structure counts). A failed row becomes one discarded
+    batch row (status, reason, delivered updated in place); returns {row: detail}."""
+    details = {}
+    if getattr(opts, "hmac_keys", None) is None:
+        return details
+    for i in np.flatnonzero(topic_ok):
+        failed = batch_hmac.check(opts.hmac_keys, topics[i].as_py(), props.row(i), payload[i].as_py())
+        if failed is not None:
+            status[i], breason[i], delivered[i] = _DISCARDED, _R[failed[0]], 0
+            details[int(i)] = failed[1]
+    return details
+
+
+def _batch_rows(out, rows, pos, breason, props, payload, topics, opts, stats, hmac_details) -> None:
+    """The batch rows (discarded or partial PUBLISHes); codec.decode writes their detail (rare
+    rows), batch_hmac.check's detail for a batch that failed it."""
     out.stage[pos[rows]] = _BATCH
     out.reason[pos[rows]] = breason[rows]
     stats["fallback_rows"] = stats.get("fallback_rows", 0) + len(rows)
     for i in rows:
+        if int(i) in hmac_details:
+            out.details.append((pos[i], hmac_details[int(i)]))
+            continue
         res = codec.decode(props.row(i), payload[i].as_py(), _decode_options(opts), topic=topics[i].as_py())
         if _R[res.reason] != breason[i]:
             stats["mismatch"] = stats.get("mismatch", 0) + 1
@@ -258,6 +286,10 @@ class _Props:
 class _Messages:
     def __init__(self, row, k, start, length):
         self.row, self.k, self.start, self.len = row, k, start, length
+
+    def without(self, rows: np.ndarray) -> "_Messages":
+        keep = ~np.isin(self.row, rows)
+        return _Messages(self.row[keep], self.k[keep], self.start[keep], self.len[keep])
 
 
 def _split_batches(props: _Props, p_off, data, opts):

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
     run_dir = pathlib.Path(args.dir)
-    stack = None
+    stack = hmac_keys = None
     try:
         if args.broker:
             (host, port), ca = args.broker, args.ca
@@ -70,18 +70,22 @@ def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
             stack = LocalStack(run_dir / "stack", ids)
             stack.broker.start()
             host, port, creds, ca = stack.broker.host, stack.broker.port, stack.credentials, stack.ca_cert
+            hmac_keys = stack.hmac_keys
+            print(f"devices: each device signs its batches; the Spark job's --hmac-keys file: {stack.hmac_keys_file}",
+                  flush=True)
             print(f"devices: local broker {stack.broker.url} (TLS, auth, per-device ACL)", flush=True)
-        return _run_fleet(args, ids, run_dir, host, port, creds, ca)
+        return _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys)
     finally:
         if stack:
             stack.broker.stop()
 
 
-def _run_fleet(args, ids, run_dir, host, port, creds, ca) -> int:
+def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int:
     config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
     try:
         with Fleet(run_dir / "devices", host, int(port), credentials=creds, ca=ca, tls=not args.plain,
-                   heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config) as fleet:
+                   heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config,
+                   hmac_keys=hmac_keys) as fleet:
             fleet.start()
             t0 = time.monotonic()
             last = [0.0]

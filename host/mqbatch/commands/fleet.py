@@ -37,13 +37,16 @@ def _add(args: argparse.Namespace) -> None:
                       wifi_ssid=args.wifi_ssid, wifi_password=wifi_password, client_cert=args.client_cert)
     for dev, path in zip(args.devices, paths):
         secret = f"key {path.parent / 'client.key.der'}" if args.client_cert else "password in config.json"
-        print(f"fleet: {dev}: {path} (its {secret}: 0600)")
-    print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fleet.FleetDir(args.dir).conf})")
+        print(f"fleet: {dev}: {path} (its {secret} and its batch-hmac key: 0600)")
+    fd = fleet.FleetDir(args.dir)
+    print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fd.conf})")
+    print(f"fleet: batch-hmac keys for the Spark job: mqbatch spark --hmac-keys {fd.hmac_keys} ...")
 
 
 def _remove(args: argparse.Namespace) -> None:
     fleet.remove(args.dir, args.devices)
-    print(f"fleet: removed {', '.join(args.devices)}; restart mosquitto to drop their accounts")
+    print(f"fleet: removed {', '.join(args.devices)} (and their batch-hmac keys); "
+          f"restart mosquitto to drop their accounts")
 
 
 def _show(args: argparse.Namespace) -> None:
@@ -97,7 +100,7 @@ def register(sub) -> None:
     a.add_argument("dir")
     a.add_argument("devices", nargs="+", metavar="DEVICE")
     a.add_argument("--board", choices=BOARD_NAMES, default="unix")
-    a.add_argument("--rotate", action="store_true", help="give existing devices a new password")
+    a.add_argument("--rotate", action="store_true", help="give existing devices a new password (and batch-hmac key)")
     a.add_argument("--client-cert", action="store_true",
                    help="a client certificate instead of a password (the --mtls-port listener)")
     a.add_argument("--wifi-ssid")

@@ -90,6 +90,8 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
         out += ["--trigger-seconds", str(args.trigger_seconds)]
     if args.checkpoint:
         out += ["--checkpoint", args.checkpoint]
+    if args.hmac_keys:
+        out += ["--hmac-keys", args.hmac_keys]
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from mqbatch import codec, records, vdecode
+from mqbatch.spark import batch_hmac
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.schema import DECODED_SCHEMA, LANDED_COLUMNS
 
@@ -47,11 +48,15 @@ def decode_landed_row(row: dict, opts: JobOptions) -> list[dict]:
 
 
 def _decode(topic: str, props, payload: bytes, received_us, opts: JobOptions, base: dict) -> list[dict]:
-    res = codec.decode(props, payload, opts.decode_options(), topic=topic)
     try:
         device, topic_error = records.device_from_topic(topic), None
     except records.RecordError as e:
         device, topic_error = None, e
+    failed = batch_hmac.check(opts.hmac_keys, topic, props, payload)     # before any structural decoding
+    if failed is not None:
+        return [dict(base, batch_status=codec.DISCARDED, batch_count=0, device=device, stage="batch",
+                     reason=failed[0], detail=failed[1], payload=payload)]
+    res = codec.decode(props, payload, opts.decode_options(), topic=topic)
     base = dict(base, batch_status=res.status, batch_count=res.count, device=device)
     out = []
     if res.status != codec.OK:          # discarded, or partial: the batch's own quarantine row

@@ -3,10 +3,14 @@ before it starts a JVM, and the job (mqbatch.spark.job) parses the same ones."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
+import os
 import pathlib
+import stat
 
-from mqbatch import codec
+from mqbatch import codec, integrity, records
 from mqbatch.commands.decode import _positive
 
 LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -21,6 +25,18 @@ class JobOptions:
     reorder_window: int = 100            # a missing seq counts as lost once the boot is this far past it
     max_future_s: int = 86400            # device time this far after received_at is RECORD_TIME_IN_FUTURE
     watermark: str = "1 hour"            # --stream: how late a duplicate may arrive and still be dropped
+    # --hmac-keys: None (no batch-hmac check) or ((device, key bytes), ...) sorted; secret: not in repr
+    hmac_keys: tuple | None = dataclasses.field(default=None, repr=False)
+
+    def report_dict(self) -> dict:
+        """The options for report.json: the keys themselves are replaced by the devices they
+        are for; without --hmac-keys the report is as before (no hmac_keys entry)."""
+        d = dataclasses.asdict(self)
+        if self.hmac_keys is None:
+            del d["hmac_keys"]
+        else:
+            d["hmac_keys"] = [device for device, _ in self.hmac_keys]
+        return d
 
     def decode_options(self) -> codec.DecodeOptions:
         return codec.DecodeOptions(max_batch_size=self.max_batch_size, max_payload_bytes=self.max_payload_bytes,
@@ -32,6 +48,51 @@ def _non_negative(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
+
+
+def write_hmac_keys(path: os.PathLike | str, keys: dict[str, bytes]) -> pathlib.Path:
+    """Write the --hmac-keys file ({device: hex key}, sorted) atomically, mode 0600 from
+    its creation (it holds every device's secret); returns its path."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        json.dump({d: k.hex() for d, k in sorted(keys.items())}, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_hmac_keys(path: str) -> tuple:
+    """The --hmac-keys file: a JSON object {device id: hex key}, readable by its owner only.
+    Returns ((device, key bytes), ...) sorted by device; SystemExit says what is wrong."""
+    where = f"mqbatch spark: --hmac-keys {path!r}"
+    try:
+        mode = pathlib.Path(path).stat().st_mode
+    except OSError as e:
+        raise SystemExit(f"{where}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise SystemExit(f"{where} is not a regular file")
+    if mode & 0o077:
+        raise SystemExit(f"{where} is readable or writable by others (mode {stat.S_IMODE(mode):04o}): it holds "
+                         f"every device's secret key; chmod 600 it")
+    try:
+        data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{where} is not readable JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"{where} must hold a JSON object {{device id: hex key}}, not {type(data).__name__}")
+    keys = []
+    for device, text in sorted(data.items()):
+        if not records.DEVICE_ID_RE.fullmatch(device):
+            raise SystemExit(f"{where}: {device!r} is not a device id (1..{records.MAX_DEVICE_ID} of A-Z a-z 0-9 _ . -)")
+        try:
+            keys.append((device, integrity.parse_key(text)))
+        except ValueError as e:
+            raise SystemExit(f"{where}: device {device!r}: {e}") from None
+    return tuple(keys)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
     p.add_argument("--watermark", default="1 hour",
                    help="--stream/--once: how late a duplicate may arrive and still be dropped (default '1 hour')")
+    p.add_argument("--hmac-keys", metavar="FILE",
+                   help="verify each batch's batch-hmac with its device's key from FILE (JSON {device: hex key}, "
+                        "mode 0600); a batch that fails is quarantined (BATCH_HMAC_*). Default: no check")
     p.add_argument("--master", help="Spark master when not given by spark-submit (default local[*])")
     p.add_argument("--log-level", default="WARN", type=str.upper, choices=LOG_LEVELS,
                    help="Spark's log level (default WARN)")
@@ -63,7 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from(args: argparse.Namespace) -> JobOptions:
     return JobOptions(partial=args.partial, max_batch_size=args.max_batch_size,
                       max_payload_bytes=args.max_payload_bytes, allow_empty=not args.no_empty,
-                      reorder_window=args.reorder_window, max_future_s=args.max_future_s, watermark=args.watermark)
+                      reorder_window=args.reorder_window, max_future_s=args.max_future_s, watermark=args.watermark,
+                      hmac_keys=load_hmac_keys(args.hmac_keys) if getattr(args, "hmac_keys", None) else None)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -75,5 +140,7 @@ def check_paths(args: argparse.Namespace) -> None:
         out = pathlib.Path(args.out)
         if out.exists() and not out.is_dir():
             raise SystemExit(f"mqbatch spark: --out {args.out!r} exists and is not a directory")
+    if getattr(args, "hmac_keys", None):
+        load_hmac_keys(args.hmac_keys)         # its mode, JSON and every key, before a JVM starts
     if (args.stream or args.once) and "://" in args.out:
         raise SystemExit("mqbatch spark: --stream/--once write to a local --out only (they commit by renaming files)")

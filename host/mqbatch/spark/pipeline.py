@@ -13,7 +13,6 @@ derived from it. Every Spark SQL step after decode uses null-safe arithmetic (tr
 so bad data never fails the job under ANSI mode."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -181,7 +180,7 @@ def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None 
     bad_files = sorted((b.as_dict() if hasattr(b, "as_dict") else dict(b) for b in bad_files or []),
                        key=lambda b: b["file"])
     return {
-        "options": dataclasses.asdict(opts),
+        "options": opts.report_dict(),
         "landed": sum(batches.values()),
         "received_at": {"min": min((r["first"] for r in landed if r["first"]), default=None),
                         "max": max((r["last"] for r in landed if r["last"]), default=None)},
