@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mqbatch import conformance_wire as W
-from mqbatch.conformance_session import Checker
+from mqbatch.conformance_session import C2S, Checker
 from mqbatch.proxy import Proxy
 
 H = bytes.fromhex
@@ -419,3 +419,39 @@ def test_an_unframeable_stream_is_reported_then_relayed_as_is():
     t.join(5)
     srv.close()
     assert b"".join(got) == junk + b"more"
+
+
+def test_tls_records_are_counted_from_their_headers_across_any_split():
+    """Two records in one send, one record split inside its header and its body: 3 up."""
+    from mqbatch.proxy import TlsRecords
+    recs = [b"\x16\x03\x01\x00\x05" + bytes(5), b"\x14\x03\x03\x00\x01\x01", b"\x17\x03\x03\x01\x00" + bytes(256)]
+    stream = b"".join(recs)
+    for cuts in ([], [3], [7, 13], list(range(1, len(stream)))):
+        framing, last = TlsRecords(), 0
+        for cut in cuts + [len(stream)]:
+            framing.feed(stream[last:cut])
+            last = cut
+        assert framing.records == 3, cuts
+    half = TlsRecords()
+    half.feed(recs[2][:100])
+    assert half.records == 1          # counted once its header is complete
+
+
+def test_tls_connection_counts_records_bytes_and_tcp_segments():
+    from mqbatch.proxy import tcp_segments
+    records = [b"\x16\x03\x01\x00\x05" + bytes(5), b"\x17\x03\x03\x00\x03abc"]
+    echo = Echo(lambda raw: None)
+    with Proxy("127.0.0.1", echo.port) as px:
+        with socket.create_connection(("127.0.0.1", px.port)) as s:
+            assert tcp_segments(s) is not None, "this kernel reports no TCP_INFO segment counters"
+            s.sendall(records[0][:3])
+            time.sleep(0.2)
+            s.sendall(records[0][3:] + records[1])
+            time.sleep(0.3)
+        deadline = time.monotonic() + 5
+        while px.tcp_segments[C2S] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert px.tls_records[C2S] == 2 and px.tls_bytes[C2S] == sum(map(len, records))
+        assert px.records == [] and px.violations == []
+        assert px.tcp_segments[C2S] >= 3      # SYN/ACK handshake part, two data segments, FIN
+    echo.close()

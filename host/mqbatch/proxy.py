@@ -21,7 +21,13 @@ before, in the middle of, or after a chosen packet.
 
 TLS: a connection whose first client byte is a TLS handshake record (0x16) is
 relayed and counted but not parsed (a TLS link cannot be read without terminating
-it): the conformance harness uses plain-TCP listeners on loopback.
+it): the conformance harness uses plain-TCP listeners on loopback. What can be
+counted without the keys is: its TLS records per direction (`tls_records`, from the
+5-byte record headers, which are not encrypted) and their bytes (`tls_bytes`).
+Every connection's TCP segments (`tcp_segments`, per direction, from the kernel's
+TCP_INFO counters of the proxy's client-side socket, pure ACKs included) are added
+when it closes. Loopback's MSS is about 65 KB: a real link of MSS 1448 cuts big
+packets into more segments.
 """
 from __future__ import annotations
 
@@ -59,6 +65,46 @@ class _Conn:
         self.socks = (client, upstream)
         self.check = check          # conformance_session.Connection, or None (opaque: TLS)
         self.tls = False
+        self.tls_framing = {C2S: TlsRecords(), S2C: TlsRecords()}
+        self.segments_counted = False
+
+
+class TlsRecords:
+    """Counts TLS records in one direction of a stream from their 5-byte headers
+    (content type, version, 16-bit length), across any split of the bytes."""
+
+    def __init__(self):
+        self.records = 0
+        self._head = b""
+        self._skip = 0          # bytes left in the current record's body
+
+    def feed(self, data: bytes) -> None:
+        i = 0
+        while i < len(data):
+            if self._skip:
+                take = min(self._skip, len(data) - i)
+                self._skip -= take
+                i += take
+                continue
+            need = 5 - len(self._head)
+            self._head += data[i:i + need]
+            i += need
+            if len(self._head) == 5:
+                self.records += 1
+                self._skip = self._head[3] << 8 | self._head[4]
+                self._head = b""
+
+
+def tcp_segments(sock: socket.socket) -> tuple[int, int] | None:
+    """(segments in, segments out) of a TCP socket from Linux TCP_INFO (tcpi_segs_out at
+    byte 136, tcpi_segs_in at 140), or None where the kernel does not report them."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < 144:
+        return None
+    return int.from_bytes(info[140:144], "little"), int.from_bytes(info[136:140], "little")
 
 
 class Proxy:
@@ -75,6 +121,9 @@ class Proxy:
         self.records_dropped = 0
         self.bytes_up = 0        # client -> target (every byte, TLS records included)
         self.bytes_down = 0      # target -> client
+        self.tls_records = {C2S: 0, S2C: 0}     # TLS records relayed (TLS connections only)
+        self.tls_bytes = {C2S: 0, S2C: 0}       # bytes of those connections, record headers included
+        self.tcp_segments = {C2S: 0, S2C: 0}    # client <-> proxy segments of closed connections
         self.bytes_by_type: dict[tuple[str, str], int] = {}
         self.packets_by_type: dict[tuple[str, str], int] = {}
         self.connections = 0
@@ -259,6 +308,13 @@ class Proxy:
                         self.bytes_down += len(data)
                 if direction == C2S and c.check is not None and c.check.index == 0 and not buf and data[0] == 0x16:
                     c.tls = True        # a TLS ClientHello: relay and count only
+                if c.tls:
+                    with self._lock:
+                        framing = c.tls_framing[direction]
+                        before = framing.records
+                        framing.feed(data)
+                        self.tls_records[direction] += framing.records - before
+                        self.tls_bytes[direction] += len(data)
                 if c.check is None or c.tls:
                     self._forward(dst, data)
                     continue
@@ -280,6 +336,13 @@ class Proxy:
         except OSError:
             pass                # either side went away (or cut() reset it): end this direction
         finally:
+            with self._lock:        # the first pump to end counts, before either closes the sockets
+                if not c.segments_counted:
+                    c.segments_counted = True
+                    segs = tcp_segments(c.socks[0])
+                    if segs is not None:
+                        self.tcp_segments[C2S] += segs[0]
+                        self.tcp_segments[S2C] += segs[1]
             for s in (src, dst):
                 try:
                     s.shutdown(socket.SHUT_RDWR)
