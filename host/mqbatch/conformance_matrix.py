@@ -36,7 +36,8 @@ _LOG = ("log", "log client id", "partial warning")
 _ALL_ASPECTS = _VERDICT + _LOG
 _ALL_ERRORS = ("E1", "E2", "E3", "E4", "E5", "E6")
 _SECURITY = ("plain-TCP loopback listeners are used so the proxy can read every packet; TLS, certificate "
-             "validation, passwords and ACLs are covered by tests/test_mqtt_client.py and tests/test_app.py, "
+             "validation, passwords and ACLs are covered by tests/test_mqtt_client.py, tests/test_app.py and "
+             "the authorisation matrix against the real broker (tests/test_security_matrix.py, docs/security.md), "
              "not by this harness")
 
 REQUIREMENTS = [
@@ -147,7 +148,9 @@ REQUIREMENTS = [
         ("none", "Mosquitto 2.0 has no per-client message rate limit; not a property of the publisher or "
                  "subscriber under test")),
     Req("BATCH-7-8", "7", "MAY", "End-to-end payload encryption / HMAC.", "-",
-        ("none", "optional (\"consider\"); mqbatch does not implement it")),
+        ("none", "optional (\"consider\"); mqbatch signs each batch with HMAC-SHA256 (User Property batch-hmac, "
+                 "docs/format.md) and the Spark job verifies it (--hmac-keys); tested by tests/test_integrity.py and "
+                 "tests/test_spark_hmac.py, not observable by this harness without the device keys")),
     # MQTT 5.0 rules for a publisher
     Req("MQTT-FIXED-HEADER", "MQTT 2.1", "MUST", "Well-formed fixed header: packet type, reserved flags, no QoS 3, no "
         "DUP on QoS 0.", "proxy, every packet", ("pub", ["MQTT-FIXED-HEADER"])),
