@@ -16,7 +16,8 @@ The compiled firmware is one ROMFS image, mapped outside each interpreter's heap
 (mqbatch.romfs_run, boards/unix/boot.py) as ROMFS or frozen code sits in a
 board's flash: `heapsize` then limits the application's own RAM. The default is
 "64K", the heap the application is measured to run in (docs/application.md,
-Memory); None gives the port's default heap.
+Memory: peak_heap_live ~61 KB of its 64,768 B with every feature on, hmac_key
+included, as of 2026-11-23); None gives the port's default heap.
 """
 from __future__ import annotations
 
