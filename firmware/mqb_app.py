@@ -17,10 +17,8 @@
 import gc
 import json
 import os
-import sys
 import time
 from array import array
-from binascii import unhexlify
 from micropython import const
 
 import mqb_board as board
@@ -188,6 +186,7 @@ def hmac_key(cfg):
     text = cfg.get("hmac_key")
     if text is None:
         return None
+    from binascii import unhexlify    # here, not a module global: each global costs heap
     try:
         key = unhexlify(text)
     except (TypeError, ValueError):
@@ -763,7 +762,8 @@ class App:
             # json.dump write it piece by piece (no one string of the whole line)
             gc.collect()
             print("MQB-SUMMARY ", end="")
-            json.dump(self.summary(), sys.stdout)
+            from sys import stdout     # not a module global (heap)
+            json.dump(self.summary(), stdout)
             print()
 
     def summary(self):

@@ -10,28 +10,28 @@
 # two 32-byte digests: it has no copy()); never per record.
 import hashlib
 
-LABEL = b"MQH1"       # first bytes of the MACed message: this layout, version 1
+from micropython import const
 
-
-def _pads(key):
-    """The inner and outer HMAC pad blocks of a key of at most 64 bytes."""
-    if not 0 < len(key) <= 64:
-        raise ValueError("HMAC key of %d bytes: must be 1..64 bytes" % len(key))
-    ipad = bytearray(64)
-    opad = bytearray(64)
-    for i in range(64):
-        b = key[i] if i < len(key) else 0
-        ipad[i] = b ^ 0x36
-        opad[i] = b ^ 0x5C
-    return bytes(ipad), bytes(opad)
+_LABEL = const(b"MQH1")   # first bytes of the MACed message: this layout, version 1
 
 
 class BatchMac:
     """HMAC-SHA256 of batches under one key. hex: the last MAC as 64 lowercase
-    hex digits (a bytearray the PUBLISH builder copies from)."""
+    hex digits (a bytearray the PUBLISH builder copies from).
+
+    RAM (64 KB heaps): the inner and outer pads are two views of one 128-byte
+    buffer; no module-level helpers (each global costs heap on a board)."""
 
     def __init__(self, key):
-        self._ipad, self._opad = _pads(key)
+        if not 0 < len(key) <= 64:
+            raise ValueError("HMAC key of %d bytes: must be 1..64 bytes" % len(key))
+        pads = bytearray(128)              # [0:64] inner pad, [64:128] outer pad
+        for i in range(64):
+            b = key[i] if i < len(key) else 0
+            pads[i] = b ^ 0x36
+            pads[64 + i] = b ^ 0x5C
+        self._ipad = memoryview(pads)[:64]
+        self._opad = memoryview(pads)[64:]
         self.hex = bytearray(64)
         self._topic = None
         self._head = b""
@@ -52,7 +52,11 @@ class BatchMac:
         count (the batch-size, >= 1), payload (bytes-like). Writes mac.hex and
         returns it."""
         if topic is not self._topic:          # the message's head depends on the topic only
-            self._head = head(topic)
+            n = len(topic)
+            if n > 65535:
+                raise ValueError("topic of %d bytes: at most 65535" % n)
+            # label, topic, batch-format v1
+            self._head = _LABEL + bytes((n >> 8, n & 0xFF)) + topic + b"\x00\x02v1"
             self._topic = topic
         t = self._tail
         d = 1
@@ -80,10 +84,3 @@ class BatchMac:
             out[2 * i + 1] = b"0123456789abcdef"[b & 15]
         return out
 
-
-def head(topic):
-    """The start of the MACed message for a topic: label, topic, batch-format v1."""
-    n = len(topic)
-    if n > 65535:
-        raise ValueError("topic of %d bytes: at most 65535" % n)
-    return LABEL + bytes((n >> 8, n & 0xFF)) + topic + b"\x00\x02v1"

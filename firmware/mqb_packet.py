@@ -124,9 +124,18 @@ DISCONNECT_CODES = bytes((0x00, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 
 
 
 def reason_name(code):
-    """Name of an MQTT 5 reason code, e.g. 'Not authorized' (allocates: error paths)."""
+    """Name of an MQTT 5 reason code, e.g. 'Not authorized' (allocates only the
+    name: error paths run when the heap may be nearly full, so no split list)."""
     i = _REASON_CODES.find(bytes((code & 0xFF,))) if 0 <= code <= 0xFF else -1
-    return _REASON_TEXT.split("|")[i] if i >= 0 else "unknown reason code"
+    if i < 0:
+        return "unknown reason code"
+    t = _REASON_TEXT
+    a = 0
+    while i:
+        a = t.find("|", a) + 1
+        i -= 1
+    b = t.find("|", a)
+    return t[a:b] if b >= 0 else t[a:]
 
 
 # -- what a parser found malformed (negative results) --------------------------

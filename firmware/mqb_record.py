@@ -194,8 +194,8 @@ class RecordWriter:
         self.json = record_format == FORMAT_JSON
         self.renew_boot = renew_boot
         self._ok = None        # the last channel tuple that passed _check, for (n, kind):
-        self._ok_n = -1        # its channel set is not checked again (values still are)
-        self._ok_kind = 0
+        self._ok_nk = -1       # its channel set is not checked again (values still are);
+                               # n << 8 | kind in one attribute (8 attributes: the smallest instance dict)
 
     def sample(self, channels, values, n=-1):
         """Write a sample record (channels 1..6)."""
@@ -226,8 +226,7 @@ class RecordWriter:
             seen |= bit
         if type(chans) is tuple:
             self._ok = chans
-            self._ok_n = n
-            self._ok_kind = kind
+            self._ok_nk = n << 8 | kind
 
     def _bad_value(self, c, v):
         if type(v) is not int:
@@ -245,7 +244,7 @@ class RecordWriter:
         return self.seq
 
     def _write(self, kind, chans, vals, n):
-        if chans is not self._ok or n != self._ok_n or kind != self._ok_kind or n > len(vals):
+        if chans is not self._ok or n << 8 | kind != self._ok_nk or n > len(vals):
             self._check(kind, chans, vals, n)      # the channel set (cached for a tuple), and sizes
         for i in range(n):                         # the values, every record
             v = vals[i]
