@@ -39,7 +39,7 @@ from mqbatch.paths import micropython_exe
 from mqbatch.procs import end_process
 
 # measured: docs/application.md "Virtual board heap"
-DEFAULT_HEAP = "192K"
+DEFAULT_HEAP = "256K"
 PID_FILE = "vboard.pid"
 
 
