@@ -246,3 +246,30 @@ def test_disconnect_0x9c_use_another_server_moves_the_device(mosquitto, subscrib
     assert "0x9C" in console and "maintenance" in console
     got, _, _ = delivered(sub.settle(quiet=1.0))
     assert stored and stored <= got
+
+
+def test_signing_device_in_a_deep_host_directory_runs_in_64k(mosquitto, subscriber, pki, tmp_path):
+    """The unix board's flash directory is relative ("."), as short as "/" on a board: the
+    host directory a virtual device runs in never reaches the 64K heap. With os.getcwd()
+    a ~100-character run directory (`mqbatch fleet run` under pytest's tmp_path) left no
+    free 752-byte run at start-up: MemoryError in App.__init__, the board boot-looped."""
+    import json
+    from mqbatch.paths import ROOT
+    creds = {"kitchen-1": "pw-1"}
+    broker = secured_broker(mosquitto, creds)
+    sub = durable_subscriber(subscriber, broker)
+    template = json.loads((ROOT / "boards" / "unix" / "config.template.json").read_text())
+    for k in ("device_id", "broker"):
+        template.pop(k)
+    deep = tmp_path / ("d" * 40) / ("e" * 40)     # mpy-cross refuses paths over 255
+    with Fleet(deep, broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
+               config=dict(template, run_for_s=2.0), hmac_keys={"kitchen-1": bytes(range(32))}) as fleet:
+        assert len(str(fleet.dir("kitchen-1"))) > 150
+        fleet.start()
+        codes = fleet.wait(60)
+        console = fleet.console("kitchen-1")
+        s = fleet.summaries().get("kitchen-1", {})
+    assert codes == {"kitchen-1": 0} and "MemoryError" not in console, console[-2000:]
+    assert s["stored_records"] >= 10 and s["acked_records"] == s["stored_records"] and s["outbox_depth"] == 0
+    got, dups, _ = delivered(sub.settle(quiet=1.0))
+    assert len(got) == s["stored_records"] and dups == []
