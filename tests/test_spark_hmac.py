@@ -121,7 +121,7 @@ def test_local_stack_gives_each_device_a_key_in_its_config_and_a_0600_keys_file(
     """LocalStack (the demo, `mqbatch devices`): 32 random bytes per device, written into
     each virtual device's config.json and into the Spark job's --hmac-keys file (0600)."""
     import stat
-    from mqbatch.devices import Fleet
+    from mqbatch.devices import DEFAULT_HEAP, Fleet
     from mqbatch.stack import LocalStack
     stack = LocalStack(tmp_path / "stack", ["dev-001", "dev-002"])
     assert stat.S_IMODE(stack.hmac_keys_file.stat().st_mode) == 0o600
@@ -135,4 +135,4 @@ def test_local_stack_gives_each_device_a_key_in_its_config_and_a_0600_keys_file(
         assert stat.S_IMODE((fleet.dir(dev) / "config.json").stat().st_mode) == 0o600
     unsigned = Fleet(tmp_path / "plain", "127.0.0.1", 1, credentials={"dev-001": "pw"}, tls=False)
     assert "hmac_key" not in json.loads((unsigned.dir("dev-001") / "config.json").read_text())
-    assert fleet.heapsize == unsigned.heapsize == "64K"     # signing needs no bigger heap
+    assert fleet.heapsize == unsigned.heapsize == DEFAULT_HEAP     # signing needs no bigger heap than unsigned

@@ -31,7 +31,7 @@ import threading
 import time
 
 from mqbatch import htmlreport
-from mqbatch.devices import MAX_SAMPLE_HZ, Fleet, device_ids
+from mqbatch.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, Fleet, device_ids
 from mqbatch.netcut import Relay
 from mqbatch.paths import ROOT, venv_tool
 from mqbatch.procs import end_process
@@ -59,7 +59,7 @@ class DemoOptions:
     cut_s: float = 6.0
     drain_timeout: float = 120.0
     run_dir: pathlib.Path = ROOT / "run" / "demo"
-    heapsize: str | None = "64K"        # the heap the firmware is measured to run in (docs/application.md, Memory)
+    heapsize: str | None = DEFAULT_HEAP  # mqbatch.devices: 64K is the measured floor, this leaves room for TLS
     baseline: bool = True
 
     def check(self) -> None:

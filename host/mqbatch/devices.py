@@ -16,9 +16,12 @@ boot.py, outbox/, boot counter); what it prints goes to console.log there.
 The compiled firmware is one ROMFS image, mapped outside each interpreter's heap
 (mqbatch.romfs_run, boards/unix/boot.py) as ROMFS or frozen code sits in a
 board's flash: `heapsize` then limits the application's own RAM. The default is
-"64K", the heap the application is measured to run in (docs/application.md,
-Memory: peak_heap_live ~61 KB of its 64,768 B with every feature on, hmac_key
-included, as of 2026-11-23); None gives the port's default heap.
+DEFAULT_HEAP, "96K". The application is measured to run in 64K (docs/application.md,
+Memory: peak_heap_live ~61-62 KB of its 64,768 B with every feature on, hmac_key
+included), but that leaves no room for the transient allocations of a TLS
+handshake in a fragmented heap: a `make test` demo run died with MemoryError
+reconnecting after the network cut (peak_heap_live 61,984 B). The tests that
+prove the 64K figure pass heapsize="64K" themselves; None gives the port's default heap.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ from mqbatch.deploy import compile_firmware
 from mqbatch.paths import BOARDS
 from mqbatch.procs import end_process
 from mqbatch.romfs_run import build_image
+
+DEFAULT_HEAP = "96K"    # see the module docstring: 64K is the measured floor, not a default with margin
 
 
 class DeviceError(RuntimeError):
@@ -69,7 +74,7 @@ def device_ids(count: int, prefix: str = "dev") -> list[str]:
 class Fleet:
     def __init__(self, run_dir: os.PathLike | str, host: str, port: int, *, credentials: dict[str, str],
                  ca: os.PathLike | str | None = None, tls: bool = True, server_hostname: str = "localhost",
-                 heapsize: str | None = "64K", config: dict | None = None, hmac_keys: dict[str, bytes] | None = None):
+                 heapsize: str | None = DEFAULT_HEAP, config: dict | None = None, hmac_keys: dict[str, bytes] | None = None):
         self.run_dir = pathlib.Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.credentials = dict(credentials)
@@ -112,7 +117,7 @@ class Fleet:
         old = self.procs.get(dev)
         if old is not None and old.poll() is None:
             raise DeviceError(f"{dev} is still running (pid {old.pid})")
-        heap = self.heapsize          # signing devices too: batch-hmac fits the 64K heap (docs/application.md)
+        heap = self.heapsize
         cmd = [sys.executable, "-m", "mqbatch.romfs_run", str(self.image)] + (
             ["-X", f"heapsize={heap}"] if heap else []) + [
             "-c", "import boot; import main"]

@@ -44,6 +44,6 @@ def register(sub) -> None:
     p.add_argument("--run-dir", default=str(d.run_dir),
                    help="working directory, wiped at start if an earlier demo made it (a folder of yours is refused)")
     p.add_argument("--heapsize", default=d.heapsize,
-                   help=f"MicroPython heap per device (default {d.heapsize}, the heap the firmware is measured in)")
+                   help=f"MicroPython heap per device (default {d.heapsize}; the firmware is measured to run in 64K, docs/application.md)")
     p.add_argument("--no-baseline", action="store_true", help="skip the per-record PUBLISH baseline")
     p.set_defaults(func=run)

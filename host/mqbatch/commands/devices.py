@@ -12,7 +12,7 @@ import sys
 import time
 
 from mqbatch.commands.argtypes import host_port, non_negative_float, positive_float, positive_int, read_json_object
-from mqbatch.devices import MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
+from mqbatch.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
 from mqbatch.paths import ROOT
 from mqbatch.procs import stop_signals_interrupt
 
@@ -130,6 +130,7 @@ def register(sub) -> None:
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
     p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")
-    p.add_argument("--heapsize", default="64K",
-                   help="MicroPython heap per device (default: 64K; 'none': the port's own default)")
+    p.add_argument("--heapsize", default=DEFAULT_HEAP,
+                   help=f"MicroPython heap per device (default: {DEFAULT_HEAP}; the firmware is measured to run in 64K, "
+                        "docs/application.md; 'none': the port's own default)")
     p.set_defaults(func=run)
