@@ -34,8 +34,28 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from mqbatch import paho_compat
 from mqbatch.brokerconf import LIMITS
 from mqbatch.landing import Landed, LandingWriter, check_name
+
+paho_compat.install()       # U+FEFF in a property must not kill the network thread (mqbatch.paho_compat)
+
+
+def landed_from_message(msg: mqtt.MQTTMessage, received_at_us: int) -> Landed:
+    """What the recorder lands of one PUBLISH paho parsed: topic, payload, the user
+    properties in order, content type, payload format indicator, message expiry, QoS,
+    retain, dup. Pure (no I/O); fuzzed by tools/fuzz_recorder_props.py."""
+    props = msg.properties
+    try:
+        topic = msg.topic
+    except UnicodeDecodeError:          # land it anyway; Spark quarantines the topic
+        topic = msg._topic.decode("utf-8", "replace")
+    return Landed(topic=topic, payload=bytes(msg.payload),
+                  user_properties=[(str(k), str(v)) for k, v in (getattr(props, "UserProperty", None) or [])],
+                  content_type=getattr(props, "ContentType", None),
+                  payload_format_indicator=getattr(props, "PayloadFormatIndicator", None),
+                  message_expiry_interval=getattr(props, "MessageExpiryInterval", None),
+                  qos=msg.qos, retain=bool(msg.retain), received_at_us=received_at_us, dup=bool(msg.dup))
 
 
 class RecorderError(RuntimeError):
@@ -105,6 +125,7 @@ class Recorder:
         self._durable: collections.deque[_Item] = collections.deque()   # landed (fsync'd), PUBACK not sent yet
         self._ack_lock = threading.Lock()
         self._generation = 0
+        self._network_thread: threading.Thread | None = None   # paho's, once loop_start() ran
         self._subscribed = threading.Event()
         self._failed = threading.Event()
         self.client = self._make_client()
@@ -163,18 +184,7 @@ class Recorder:
             self._say(f"disconnected: {reason_code}")
 
     def _on_message(self, client, userdata, msg: mqtt.MQTTMessage):
-        props = msg.properties
-        try:
-            topic = msg.topic
-        except UnicodeDecodeError:          # land it anyway; Spark quarantines the topic
-            topic = msg._topic.decode("utf-8", "replace")
-        landed = Landed(topic=topic, payload=bytes(msg.payload),
-                        user_properties=[(str(k), str(v)) for k, v in (getattr(props, "UserProperty", None) or [])],
-                        content_type=getattr(props, "ContentType", None),
-                        payload_format_indicator=getattr(props, "PayloadFormatIndicator", None),
-                        message_expiry_interval=getattr(props, "MessageExpiryInterval", None),
-                        qos=msg.qos, retain=bool(msg.retain), received_at_us=time.time_ns() // 1000,
-                        dup=bool(msg.dup))
+        landed = landed_from_message(msg, time.time_ns() // 1000)
         self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
         if self._durable:
             self._send_acks()                # here, PUBACKs go out in this loop pass (see _commit)
@@ -280,6 +290,15 @@ class Recorder:
                   f"Check the broker ACL (`topic read {cfg.topic_filter}` for that user) and --filter. "
                   f"(--silence-warn-s 0 turns this warning off.)")
 
+    def _check_network_thread(self) -> None:
+        """paho's network thread ends on an exception it does not handle (its traceback goes
+        to stderr): say so and stop with exit 1 instead of landing nothing while looking alive.
+        (paho 2.1.0 keeps the thread in Client._thread while it runs; there is no public accessor.)"""
+        thread = self._network_thread
+        if thread is not None and not thread.is_alive() and not self._failed.is_set():
+            self._fail("the MQTT network thread ended unexpectedly (its traceback is above): nothing more would "
+                       "be received; stopping. What was landed was acknowledged; the broker redelivers the rest")
+
     # -- lifecycle ---------------------------------------------------------------
     def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
         """Record until `stop` is set (or a fatal error). Returns an exit status."""
@@ -297,6 +316,7 @@ class Recorder:
             except (OSError, ssl.SSLError) as e:
                 raise RecorderError(f"cannot connect to {cfg.host}:{cfg.port}: {e}") from None
             self.client.loop_start()
+            self._network_thread = self.client._thread
             deadline = time.monotonic() + connect_timeout
             while not (stop.is_set() or self._failed.is_set() or self._subscribed.is_set()):
                 if time.monotonic() > deadline:
@@ -305,6 +325,7 @@ class Recorder:
             while not (stop.is_set() or self._failed.is_set()):
                 stop.wait(0.2)
                 self._check_silence(time.monotonic())
+                self._check_network_thread()
         finally:
             # land and acknowledge what is queued, then disconnect (the session and its
             # undelivered messages stay on the broker). Whatever arrives after that is
