@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
-from mqbatch_testing import VENV_BIN
+from mqbatch_testing import run_bench
 
 
 def test_bench_all_quick_runs_every_target_and_prints_figures(tmp_path):
-    out = subprocess.run([str(VENV_BIN / "mqbatch"), "bench", "all", "--quick", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=900)
-    text = out.stdout
-    print(text)
-    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    text = run_bench("all", "--quick", "--out", str(tmp_path), timeout=900)
     headers = re.findall(r"^== mqbatch bench (\w+)", text, re.M)
     assert headers == ["wire", "device", "ingest", "spark", "report"], headers
     assert re.search(r"^mqbatch +100 +[\d.]+ \[[\d.]+\.\.[\d.]+\] +38\.0 +1\.00 ", text, re.M), text  # wire split

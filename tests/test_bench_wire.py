@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 
-from mqbatch_testing import VENV_BIN
+from mqbatch_testing import run_bench
 
 
 def test_physical_limit_is_records_plus_the_fewest_segments():
@@ -44,11 +43,7 @@ def test_json_array_holds_the_same_records():
 
 @pytest.mark.broker
 def test_bench_wire_quick_prints_the_split_and_writes_json(tmp_path):
-    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "bench", "wire", "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
-    out = proc.stdout
-    print(out)
-    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    out = run_bench("wire", "--quick", "--out", str(tmp_path), timeout=300)
     baseline = "umqtt.simple not available" not in out
     if not baseline:
         print("umqtt.simple could not be fetched from the package index: its rows are not checked")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 DEFAULT_OUT = pathlib.Path("run") / "bench"
-TARGETS = ("wire", "device", "ingest", "spark")
+TARGETS = ("wire", "device", "ingest", "spark", "latency")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # set by `bench all` while it runs a target: the command that target stands for, and

@@ -59,9 +59,12 @@ def plot_wire(fig: dict, path: pathlib.Path) -> None:
             continue
         if len(rows) == 1 and variant.startswith("umqtt"):
             ax.axhline(rows[0]["total"], color=color, ls=":", lw=1.5,
-                       label=f"{variant} (1 record per PUBLISH): {rows[0]['total']:.0f} B")
+                       label=f"{variant} (1 record/PUBLISH): {rows[0]['total']:.0f} B")
             continue
         ax.plot([r["batch"] for r in rows], [r["total"] for r in rows], color=color, marker=marker, label=variant)
+        if variant == "mqbatch":
+            ax.plot([r["batch"] for r in rows], [r["total_eth_estimate"] for r in rows], color=color, ls="--", lw=1,
+                    label="mqbatch, estimate at Ethernet MSS 1448")
     for mss, ls, name in ((fig["mss_loopback"], "--", "loopback"), (MSS_ETHERNET, "-.", "Ethernet")):
         ax.plot(sizes, [limit(b, mss) for b in sizes], color="black", ls=ls, lw=1,
                 label=f"physical limit, {name} MSS {mss}")
@@ -71,10 +74,12 @@ def plot_wire(fig: dict, path: pathlib.Path) -> None:
             f"{fig['record_bytes']}-byte records, QoS 1, TLS: IP+TCP+TLS+MQTT bytes per record")
 
 
-def _rate_plot(fig: dict, path: pathlib.Path, key: str, ylabel: str, title: str, log: bool) -> None:
+def _rate_plot(fig: dict, path: pathlib.Path, key: str, ylabel: str, title: str, log: bool,
+               variants=tuple(STYLE)) -> None:
     plt = _plt()
     f, ax = plt.subplots(figsize=(8, 6.5), dpi=110)
-    for variant, (color, marker) in STYLE.items():
+    for variant in variants:
+        color, marker = STYLE[variant]
         for qos, ls in ((0, "--"), (1, "-")):
             rows = sorted((r for r in fig["rates"] if r["client"] == variant and r["qos"] == qos),
                           key=lambda r: r["batch"])
@@ -84,7 +89,7 @@ def _rate_plot(fig: dict, path: pathlib.Path, key: str, ylabel: str, title: str,
             label = f"{variant}, QoS {qos}"
             if len(rows) == 1 and variant.startswith("umqtt"):
                 ax.axhline(ys[0], color=color, ls=":" if qos else (0, (6, 2, 1, 2)), lw=1.5,
-                           label=f"{label} (1 record per PUBLISH): {ys[0]:,.0f}")
+                           label=f"{label} (1 record/PUBLISH): {ys[0]:,.0f}")
                 continue
             ax.errorbar([r["batch"] for r in rows], ys, color=color, marker=marker, ls=ls, label=label, capsize=3,
                         yerr=[[y - min(r[key]) for y, r in zip(ys, rows)], [max(r[key]) - y for y, r in zip(ys, rows)]])
@@ -95,12 +100,12 @@ def _rate_plot(fig: dict, path: pathlib.Path, key: str, ylabel: str, title: str,
 
 def _finish(plt, f, ax, path: pathlib.Path, ylabel: str, title: str) -> None:
     """Log x axis of batch sizes with plain labels, legend under the plot, save as PNG."""
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     ax.set_xscale("log")
     ax.set_xticks([1, 2, 5, 10, 20, 50, 100, 200, 500])
     for axis in (ax.xaxis, ax.yaxis):
         if axis.get_scale() == "log":
-            axis.set_major_formatter(ScalarFormatter())
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
             axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("records per PUBLISH (batch size)")
     ax.set_ylabel(ylabel)
@@ -121,9 +126,11 @@ def _wire_section(r: dict, img: str) -> list[str]:
            f"{fig['record_bytes']}-byte telemetry records (4 channels, written by the firmware's `RecordWriter`), "
            "QoS 1, TLS to a Mosquitto on 127.0.0.1, both directions, through the project's proxy "
            "(`mqbatch.proxy`: TLS record headers and bytes per direction, TCP segments from `TCP_INFO`; "
-           "no root, no packet capture). Per record = (run with the PUBLISHes − the same connection without "
-           "them) / records; the split into record bytes, framing and MQTT comes from the same run over "
-           "plain TCP, where the proxy parses every PUBLISH and PUBACK.", "",
+           "no root, no packet capture). The client pauses after a warm-up PUBLISH and after the last "
+           "measured PUBACK; the proxy's counters are read at both pauses (0.3 s in, so delayed ACKs have gone "
+           "out) and their difference divided by the records is the figure: no handshake, no teardown. The "
+           "split into record bytes, framing and MQTT comes from the same run over plain TCP, where the proxy "
+           "parses every PUBLISH and PUBACK; TLS and TCP/IP are what the TLS run adds to those MQTT bytes.", "",
            "- **mqbatch**: the firmware client (`mqb_client`) in the MicroPython Unix port, batch-format v1; "
            "stop-and-wait (`flush()` after each PUBLISH), so each PUBLISH is alone on the wire.",
            "- **JSON array**: the spec's §6 alternative, the same records as a JSON array with Payload Format "
@@ -165,7 +172,10 @@ def _rates_section(r: dict, img: str) -> list[str]:
            "`tests/mpy/wire_bench.py`: write B records with `RecordWriter.sample` (4 channels, 38 B), publish, "
            "at QoS 1 wait for the PUBACK (`flush()`, stop-and-wait), at QoS 0 only send. Measured with the GC "
            "disabled after 3 warm-up PUBLISHes; heap bytes = `gc.mem_alloc()` growth / records (sample, publish "
-           "and acknowledgement). Figures of this host's CPU, not of a board.", "",
+           "and acknowledgement). Figures of this host's CPU, not of a board. umqtt.simple writes each PUBLISH "
+           "in five socket writes and at QoS 1 waits for its PUBACK: without `TCP_NODELAY`, Nagle holds the "
+           "later writes until the broker's delayed ACK, so its plain QoS 1 rate is bounded by that timer, not "
+           "by the CPU; the +NODELAY rows are the fair per-record comparison, and both ratios are given.", "",
            "| client | QoS | batch | records | records/s, median [min–max] | heap bytes/record |",
            "|---|--:|--:|--:|--:|--:|"]
     for x in sorted(fig["rates"], key=lambda x: (list(STYLE).index(x["client"]), x["qos"], x["batch"])):
@@ -249,12 +259,29 @@ def _spark_section(r: dict) -> list[str]:
     return out
 
 
-LATENCY = ["## End-to-end latency (record sampled → landed)", "",
-           "Not a `mqbatch bench` target yet. `mqbatch demo` runs virtual devices (the firmware in the "
-           "MicroPython Unix port) through Mosquitto, the recorder and the Spark job, and its report gives "
-           "per-device latency p50/p99 (`received_at` at the recorder − the record's device time, in "
-           "`device_quality`); see docs/application.md and docs/fleet.md for the commands and measured runs "
-           "with and without an injected outage.", ""]
+def _latency_section(r: dict | None) -> list[str]:
+    out = ["## End-to-end latency (record sampled → landed)", ""]
+    if r is None:
+        return out + ["Not measured in this run: `mqbatch bench latency` (part of `mqbatch bench all`, not of "
+                      "`--quick`) runs the demo's machinery and fills this section.", ""]
+    f = r["figures"]
+    s, e = f["outage"]
+    out += [_provenance(r), "",
+            f"{f['devices']} virtual devices (the firmware in the MicroPython Unix port, 64K heap) sampling at "
+            f"{f['sample_hz']:g} Hz for {f['duration_s']:g} s through Mosquitto (TLS) into the recorder, a broker "
+            f"outage from {s:.1f} to {e:.1f} s, then the Spark job (`mqbatch.demo` machinery, no network cut). "
+            "Latency = `received_at` (the recorder received the PUBLISH; it lands in its WAL and is fsync'd "
+            "before the PUBACK) − the record's device time, over the curated records. Batches leave at "
+            f"{f['flush']}, so in steady state the latency is mostly the batch's age. Phases by sampling time: "
+            f"steady state = {f['warmup_s']:g} s after the start to {f['before_s']:g} s before the outage (the "
+            f"batch age limit + 1 s: delivered before it began); after outage = from then to {f['after_s']:g} s "
+            "after its end (batches the outage caught, kept in the outbox on flash, then drained); recovered = "
+            "later.", "",
+            "| phase | records | p50 (ms) | p99 (ms) | max (ms) |", "|---|--:|--:|--:|--:|"]
+    for name, x in f["phases"].items():
+        out.append(f"| {name} | {x['n']:,} | " + (" | ".join(f"{x[k]:,.0f}" for k in ("p50", "p99", "max"))
+                                                   if x["n"] else "– | – | –") + " |")
+    return out + [""]
 
 
 def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
@@ -266,7 +293,7 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     lines = ["# Benchmarks", "",
              "Generated by `mqbatch bench all` (`make bench`) from `run/bench/*.json`; do not edit by hand. "
              "`mqbatch bench report` renders this page again from those files; `mqbatch bench TARGET` "
-             "(wire, device, ingest, spark) reruns one part. `bench all --quick` (the CI smoke test) renders "
+             "(wire, device, ingest, spark, latency) reruns one part. `bench all --quick` (the CI smoke test, without latency) renders "
              "into run/bench/ and never overwrites docs/. Every figure was measured in the run named under its "
              "heading; ratios are computed within one run.", ""]
     if not results:
@@ -277,7 +304,8 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
         _rate_plot(fig, img_dir / "records_per_s.png", "records_per_s", "records per second (log)",
                    "records/s vs batch size, MicroPython Unix port, TLS (mqbatch: QoS 1 solid, QoS 0 dashed)", True)
         _rate_plot(fig, img_dir / "heap.png", "alloc_per_record", "heap bytes allocated per record",
-                   "heap bytes per record (sample + publish + ack), GC off", False)
+                   "heap bytes per record (sample + publish + ack), GC off; umqtt.simple's are the same "
+                   "with NODELAY", False, variants=("mqbatch", "umqtt.simple"))
         lines += _wire_section(results["wire"], "benchmarks") + _rates_section(results["wire"], "benchmarks")
     if "device" in results:
         lines += _device_section(results["device"])
@@ -285,7 +313,7 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
         lines += _ingest_section(results["ingest"])
     if "spark" in results:
         lines += _spark_section(results["spark"])
-    lines += LATENCY
+    lines += _latency_section(results.get("latency"))
     md = docs / "benchmarks.md"
     md.write_text("\n".join(lines))
     return md

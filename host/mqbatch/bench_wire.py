@@ -318,7 +318,7 @@ def bench_wire(args: argparse.Namespace) -> int:
         base = [statistics.median(r["records_per_s"]) for r in rates if r["client"] == variant and r["qos"] == 1]
         if base and base[0]:
             print(f"ratio mqbatch / {variant} records/s, QoS 1, medians of this run: "
-                  + ", ".join(f"batch {b}: {v / base[0]:,.0f}x" for b, v in ours.items()))
+                  + ", ".join(f"batch {b}: {v / base[0]:,.{0 if v >= 10 * base[0] else 1}f}x" for b, v in ours.items()))
     write_result(args, "wire", {"record_bytes": RECORD, "segment_headers": SEGMENT_HEADERS, "mss_loopback": mss_lo,
                                 "mss_ethernet": MSS_ETHERNET, "umqtt_version": umqtt_version, "sizes": list(sizes),
                                 "repeat": repeat, "wire": wire, "rates": rates})

@@ -6,8 +6,10 @@ runs, ratios measured in the same run). Targets:
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
   ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
-  all     the four above in turn (`--quick`: smoke-test sizes), then `report`;
-          `make bench` runs it
+  latency record sampled -> landed p50/p99 at 10 virtual devices, steady state and
+          after a broker outage (the demo's machinery; mqbatch/bench_latency.py)
+  all     the five above in turn (`--quick`: smoke-test sizes, without latency), then
+          `report`; `make bench` runs it
   report  docs/benchmarks.md and its PNG plots from the results in run/bench/
 
 Every target writes its figures, the machine, the versions and the exact command
@@ -139,14 +141,18 @@ def bench_ingest(args: argparse.Namespace) -> int:
 
 
 # `bench all`: every target in turn, each with its own defaults (or its smoke-test size with --quick)
+# (latency runs the demo and a Spark job, minutes: not in --quick)
 ALL = (("wire", ["--quick"]), ("device", ["--quick"]), ("ingest", ["--quick"]),
-       ("spark", ["--records", "20000", "--repeat", "1"]))
+       ("spark", ["--records", "20000", "--repeat", "1"]), ("latency", None))
 
 
 def bench_all(args: argparse.Namespace) -> int:
     from mqbatch.cli import main
     failed = []
     for name, quick in ALL:
+        if quick is None and args.quick:
+            print(f"(mqbatch bench {name} is not part of --quick: it takes minutes)", flush=True)
+            continue
         argv = ["bench", name] + (quick if args.quick else []) + ["--out", str(args.out)]
         print(f"== mqbatch bench {name} {' '.join(quick) if args.quick else ''}".rstrip(), flush=True)
         bench_out.command_override = f"mqbatch {' '.join(argv[:-2])} (part of: {bench_out.command()})"
@@ -176,8 +182,13 @@ def bench_wire(args: argparse.Namespace) -> int:
     return run_wire(args)
 
 
+def bench_latency(args: argparse.Namespace) -> int:
+    from mqbatch.bench_latency import bench_latency as run_latency
+    return run_latency(args)
+
+
 TARGETS = {"wire": bench_wire, "spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest,
-           "all": bench_all, "report": bench_report}
+           "latency": bench_latency, "all": bench_all, "report": bench_report}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -199,7 +210,10 @@ def register(sub) -> None:
     ingest_arguments(targets.add_parser("ingest", help="recorder vs counting subscriber: PUBLISH/s, peak RSS (5 repetitions)"))
     from mqbatch.bench_wire import add_arguments as wire_arguments
     wire_arguments(targets.add_parser("wire", help="bytes/record on the wire, records/s and heap/record vs batch size"))
-    a = targets.add_parser("all", help="wire, device, ingest and spark in turn, then report")
+    from mqbatch.bench_latency import add_arguments as latency_arguments
+    latency_arguments(targets.add_parser("latency", help="record sampled -> landed p50/p99, 10 virtual devices, "
+                                                         "steady state and after a broker outage (the demo)"))
+    a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")
     r.add_argument("--quick", action="store_true", help="render into OUT (the default for quick results)")
