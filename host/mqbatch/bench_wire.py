@@ -1,11 +1,13 @@
 """`mqbatch bench wire`: bytes per record on the wire, records/s and heap per record
 against batch size, for 38-byte telemetry records (4 channels, RecordWriter), QoS 1.
 
-Three publishers of the same records, to a Mosquitto on 127.0.0.1:
+Publishers of the same records, to a Mosquitto on 127.0.0.1:
   mqbatch       the firmware client (mqb_client) in the MicroPython Unix port, BATCH
                 records per PUBLISH (batch-format v1 user properties);
   umqtt.simple  the usual MicroPython client (mqbatch.baseline: fetched from the package
                 index, sha256 checked), one record per PUBLISH, in the same Unix port;
+                "+NODELAY": the same with TCP_NODELAY on its socket (its five writes
+                per PUBLISH otherwise wait on Nagle x delayed ACK);
   JSON array    the spec's section-6 alternative: the same records as a JSON array
                 (Payload Format Indicator 1, Content Type application/json, no user
                 properties), published by paho-mqtt from the host (CPython's TLS).
@@ -15,8 +17,8 @@ proxy (mqbatch.proxy). Over TLS it counts TLS record headers and bytes per direc
 the TCP segments of its client-side socket (TCP_INFO, pure ACKs included). The client
 pauses after its warm-up PUBLISH and after the last measured PUBACK; the proxy's counters
 are read at both pauses (0.3 s in, so delayed ACKs have gone out), and their difference
-over the records is the cost per record: no handshake, no teardown. The same run over plain TCP lets the proxy parse
-every PUBLISH and PUBACK: record bytes, payload framing (the records' VBI length
+over the records is the cost per record: no handshake, no teardown. The same run over
+plain TCP lets the proxy parse every PUBLISH and PUBACK: record bytes, payload framing (the records' VBI length
 prefixes; JSON's brackets and commas), MQTT header and properties (PUBACKs included).
 TLS overhead = TLS bytes - MQTT bytes; TCP/IP headers = segments x 52 (IPv4 20 + TCP 20
 + the timestamp option 12, which Linux sends on every segment; no IP options, no SACK
