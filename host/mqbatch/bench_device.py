@@ -19,6 +19,7 @@ import pathlib
 import statistics
 import subprocess
 import tempfile
+import threading
 
 from mqbatch.paths import micropython_env, micropython_exe
 
@@ -26,14 +27,35 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MPY_TESTS = ROOT / "tests" / "mpy"
 
 
-def run_mpy(script: str, args: list[str], extra: list[str] | None = None, timeout: int = 300) -> dict:
-    """Run tests/mpy/SCRIPT in the Unix port and return the JSON of its last line."""
+def run_mpy(script: str, args: list[str], extra: list[str] | None = None, timeout: int = 300,
+            marks: dict | None = None) -> dict:
+    """Run tests/mpy/SCRIPT in the Unix port and return the JSON of its last line.
+    marks: {line: function}: when the script prints that line, call the function, then
+    send the script a newline on stdin (it waits for it)."""
     env = micropython_env("unix", *(extra or []), MPY_TESTS)
-    proc = subprocess.run([str(micropython_exe()), str(MPY_TESTS / script), *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{script} {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = [str(micropython_exe()), str(MPY_TESTS / script), *args]
+    if not marks:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = proc.stdout, proc.stderr, proc.returncode
+    else:
+        with subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as proc:
+            timer = threading.Timer(timeout, proc.kill)     # a hung script ends as a failed run
+            timer.start()
+            try:
+                lines = []
+                for line in proc.stdout:
+                    lines.append(line)
+                    if line.strip() in marks:
+                        marks[line.strip()]()
+                        proc.stdin.write("\n")
+                        proc.stdin.flush()
+                out, err, rc = "".join(lines), proc.stderr.read(), proc.wait()
+            finally:
+                timer.cancel()
+    if rc != 0:
+        raise RuntimeError(f"{script} {' '.join(args)}: exit {rc}\n{out}\n{err}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -93,6 +115,8 @@ def bench_device(args: argparse.Namespace) -> int:
     print(f"device pipeline, MicroPython Unix port, Mosquitto over TLS on {broker.host}; {runs} run(s), "
           f"median [min..max]{' (--quick: one short run, a smoke test, not a measurement)' if args.quick else ''}")
     figs = {name: _report(f"modules from {name}:", rs) for name, rs in results.items()}
+    from mqbatch.bench_out import write_result
+    write_result(args, "device", {"runs": runs, "batches": batches, "publishes": publishes, "variants": figs})
     if args.baseline:
         new, old = figs.values()
         print("new / baseline, per run (same run):")

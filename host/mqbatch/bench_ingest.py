@@ -269,6 +269,11 @@ def bench_ingest(args: argparse.Namespace) -> int:
     print(f"CPU per 1,000 PUBLISHes (all threads): counter {_fmt(cpu['counter'], 's', '.2f')}, "
           f"recorder {_fmt(cpu['recorder'], 's', '.2f')}, ratio recorder/counter "
           f"{_fmt([r / c for r, c in zip(cpu['recorder'], cpu['counter'])], '', '.2f')}")
+    from mqbatch.bench_out import write_result
+    write_result(args, "ingest", {"publishes": n, "repeat": repeat, "records_per_publish": RECORDS_PER_PUBLISH,
+                                  "payload_bytes": size, "roll_mb": args.roll_mb, "chunk_mb": args.chunk_mb,
+                                  "publisher_rates": pub_rates, "counter_rates": cs, "recorder_rates": rs,
+                                  "ratios": ratios, "cpu_per_1000": cpu, "runs": results})
     return 0
 
 

@@ -12,6 +12,7 @@ before, in the middle of, or after a chosen packet.
         px.violations            # [conformance_session.Violation]
         px.records               # [Record]: every packet, in order
         px.bytes_by_type         # {("c2s", "PUBLISH"): bytes, ...}
+        px.counters()            # snapshot: bytes, TLS records/bytes, TCP segments per direction
         px.cut(); px.restore()   # drop every connection, refuse new ones / accept again
         px.refuse_connects(True) # accept and reset at once (no CONNACK) until False
         px.stall(); px.unstall() # hold every byte (the link freezes) / let them through
@@ -209,6 +210,19 @@ class Proxy:
             self._faults.append([direction, packet, action])
 
     # -- reports ---------------------------------------------------------------------
+
+    def counters(self) -> dict:
+        """A snapshot of what has crossed so far, per direction: bytes, TLS records and bytes, and
+        TCP segments (closed connections' totals plus the open ones' TCP_INFO counters now)."""
+        with self._lock:
+            segments = dict(self.tcp_segments)
+            for c in self._conns.values():
+                segs = None if c.segments_counted else tcp_segments(c.socks[0])
+                if segs is not None:
+                    segments[C2S] += segs[0]
+                    segments[S2C] += segs[1]
+            return {"bytes": {C2S: self.bytes_up, S2C: self.bytes_down}, "tls_records": dict(self.tls_records),
+                    "tls_bytes": dict(self.tls_bytes), "segments": segments}
 
     def packets(self, name: str | None = None, direction: str | None = None) -> list[Record]:
         with self._lock:

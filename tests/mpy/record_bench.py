@@ -10,32 +10,14 @@ import gc
 import json
 import sys
 import time
-from array import array
-from mqb_codec import BatchEncoder, FULL
-from mqb_record import RecordWriter, TickClock
+from bench_records import batch_filler
 from mqb_transport import Transport
 from mqb_client import Client
 
 host, port, ca, batches = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 TOPIC = b"mqbatch/bench/telemetry"
 PER_BATCH = 100
-CHANNELS = (1, 2, 3, 4)
-
-enc = BatchEncoder(bytearray(4096 + 80), headroom=80, max_count=PER_BATCH)
-clock = TickClock()
-clock.set_from_rtc(True)
-w = RecordWriter(enc, clock, boot=1)
-vals = array("i", [2150, 4500, 3300, -67])
-
-
-def fill():
-    enc.reset()
-    i = 0
-    while i < PER_BATCH:
-        vals[0] = i
-        if w.sample(CHANNELS, vals) == FULL:
-            raise RuntimeError("batch full after %d records" % i)
-        i += 1
+enc, fill = batch_filler(PER_BATCH, 4096 + 80)
 
 
 def records_only(k):

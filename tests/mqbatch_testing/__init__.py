@@ -33,3 +33,13 @@ def run_mpy(script: str | os.PathLike, *args: str, heapsize: str | None = None, 
 def load_vectors() -> list[dict]:
     with open(VECTORS / "batch_v1.json", encoding="utf-8") as f:
         return json.load(f)["vectors"]
+
+
+def run_bench(*args: str, timeout: float = 900) -> str:
+    """`mqbatch bench ARGS` from this venv: its stdout (printed, for -s); fails the test,
+    with the end of both streams, unless it exits 0."""
+    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "bench", *args], capture_output=True, text=True,
+                          timeout=timeout)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout

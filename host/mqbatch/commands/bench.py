@@ -1,10 +1,21 @@
 """`mqbatch bench TARGET`: benchmarks that print figures (median [min-max] of repeated
 runs, ratios measured in the same run). Targets:
 
+  wire    bytes per record on the wire, records/s and heap per record vs batch size,
+          against umqtt.simple and a JSON array (mqbatch/bench_wire.py)
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench_device.py)
   ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
-  all     the three above in turn (`--quick`: smoke-test sizes); `make bench` runs it
+  latency record sampled -> landed p50/p99 at 10 virtual devices, steady state and
+          after a broker outage (the demo's machinery; mqbatch/bench_latency.py)
+  all     the five above in turn (`--quick`: smoke-test sizes, without latency), then
+          `report`; `make bench` runs it
+  report  docs/benchmarks.md and its PNG plots from the results in run/bench/
+
+Every target writes its figures, the machine, the versions and the exact command
+to run/bench/TARGET.json (--out DIR elsewhere). `bench all` renders them into
+docs/benchmarks.md with plots in docs/benchmarks/ (mqbatch/bench_report.py);
+`bench all --quick` renders into run/bench/ instead and never overwrites docs/.
 """
 from __future__ import annotations
 
@@ -17,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from mqbatch import bench_device, codec, landing as landing_zone, records
+from mqbatch import bench_device, bench_out, codec, landing as landing_zone, records
 
 T0_MS = 1_795_000_000_000
 PER_PUBLISH = 50
@@ -119,6 +130,8 @@ def bench_spark(args: argparse.Namespace) -> int:
         a, b = (statistics.median(results[k]) for k in list(results)[:2])
         print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
         spark.stop()
+    bench_out.write_result(args, "spark", {"records": n, "repeat": args.repeat, "seed": args.seed,
+                                           "seconds": results, "ratio_a_over_b": b / a})
     return 0
 
 
@@ -128,22 +141,54 @@ def bench_ingest(args: argparse.Namespace) -> int:
 
 
 # `bench all`: every target in turn, each with its own defaults (or its smoke-test size with --quick)
-ALL = (("device", ["--quick"]), ("ingest", ["--quick"]), ("spark", ["--records", "20000", "--repeat", "1"]))
+# (latency runs the demo and a Spark job, minutes: not in --quick)
+ALL = (("wire", ["--quick"]), ("device", ["--quick"]), ("ingest", ["--quick"]),
+       ("spark", ["--records", "20000", "--repeat", "1"]), ("latency", None))
 
 
 def bench_all(args: argparse.Namespace) -> int:
     from mqbatch.cli import main
     failed = []
     for name, quick in ALL:
+        if quick is None and args.quick:
+            print(f"(mqbatch bench {name} is not part of --quick: it takes minutes)", flush=True)
+            continue
+        argv = ["bench", name] + (quick if args.quick else []) + ["--out", str(args.out)]
         print(f"== mqbatch bench {name} {' '.join(quick) if args.quick else ''}".rstrip(), flush=True)
-        if main(["bench", name] + (quick if args.quick else [])) != 0:
-            failed.append(name)
+        bench_out.command_override = f"mqbatch {' '.join(argv[:-2])} (part of: {bench_out.command()})"
+        bench_out.quick_override = args.quick
+        try:
+            if main(argv) != 0:
+                failed.append(name)
+        finally:
+            bench_out.command_override, bench_out.quick_override = None, False
     if failed:
         print(f"bench all: {', '.join(failed)} failed", file=sys.stderr)
+    print("== mqbatch bench report", flush=True)
+    bench_report(args)
     return 1 if failed else 0
 
 
-TARGETS = {"spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest, "all": bench_all}
+def bench_report(args: argparse.Namespace) -> int:
+    from mqbatch.bench_report import render
+    docs = args.docs or (args.out if args.quick else pathlib.Path("docs"))
+    md = render(args.out, docs)
+    print(f"report: {md} (plots in {md.parent / 'benchmarks'})")
+    return 0
+
+
+def bench_wire(args: argparse.Namespace) -> int:
+    from mqbatch.bench_wire import bench_wire as run_wire
+    return run_wire(args)
+
+
+def bench_latency(args: argparse.Namespace) -> int:
+    from mqbatch.bench_latency import bench_latency as run_latency
+    return run_latency(args)
+
+
+TARGETS = {"wire": bench_wire, "spark": bench_spark, "device": bench_device.bench_device, "ingest": bench_ingest,
+           "latency": bench_latency, "all": bench_all, "report": bench_report}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,6 +208,18 @@ def register(sub) -> None:
         "device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop"))
     from mqbatch.bench_ingest import add_arguments as ingest_arguments
     ingest_arguments(targets.add_parser("ingest", help="recorder vs counting subscriber: PUBLISH/s, peak RSS (5 repetitions)"))
-    a = targets.add_parser("all", help="device, ingest and spark in turn")
+    from mqbatch.bench_wire import add_arguments as wire_arguments
+    wire_arguments(targets.add_parser("wire", help="bytes/record on the wire, records/s and heap/record vs batch size"))
+    from mqbatch.bench_latency import add_arguments as latency_arguments
+    latency_arguments(targets.add_parser("latency", help="record sampled -> landed p50/p99, 10 virtual devices, "
+                                                         "steady state and after a broker outage (the demo)"))
+    a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
+    r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")
+    r.add_argument("--quick", action="store_true", help="render into OUT (the default for quick results)")
+    for q in (a, r):
+        q.add_argument("--docs", type=pathlib.Path, default=None,
+                       help="directory for benchmarks.md and benchmarks/*.png (default docs/; with --quick: OUT)")
+    for t in targets.choices.values():
+        bench_out.add_out(t)
     p.set_defaults(func=run)

@@ -1,0 +1,28 @@
+# bench_records: the records the device benchmarks write (record_bench.py, wire_bench.py):
+# 4 channels (temperature = the record's index in its batch, humidity, supply voltage,
+# RSSI), 38 bytes each, with RecordWriter.sample into a caller-owned BatchEncoder.
+from array import array
+from mqb_codec import BatchEncoder, FULL
+from mqb_record import RecordWriter, TickClock
+
+CHANNELS = (1, 2, 3, 4)
+
+
+def batch_filler(batch, buf_size, headroom=80):
+    """(encoder, fill): fill() resets the encoder and writes `batch` records into it
+    (allocation-free: RecordWriter packs into the encoder's buffer)."""
+    enc = BatchEncoder(bytearray(buf_size), headroom=headroom, max_count=batch)
+    clock = TickClock()
+    clock.set_from_rtc(True)
+    w = RecordWriter(enc, clock, boot=1)
+    vals = array("i", [0, 4500, 3300, -67])
+
+    def fill():
+        enc.reset()
+        i = 0
+        while i < batch:
+            vals[0] = i
+            if w.sample(CHANNELS, vals) == FULL:
+                raise RuntimeError("batch full after %d records" % i)
+            i += 1
+    return enc, fill
