@@ -35,7 +35,7 @@ class Probe:
     connack: "0x00 Success" or the refusal ("0x87 Not authorized"); connected: bool."""
 
     def __init__(self, host: str, port: int, cafile, client_id: str, username: str | None, password: str | None,
-                 clean_start: bool = True, session_expiry: int = 0, certfile=None, keyfile=None):
+                 clean_start: bool = True, session_expiry: int = 0, certfile=None, keyfile=None, on_message=None):
         self.disconnects: list[str] = []
         self._cond = threading.Condition()
         self._acks: dict[int, object] = {}
@@ -49,6 +49,8 @@ class Probe:
         c.on_disconnect = self._on_disconnect
         c.on_publish = self._on_ack
         c.on_subscribe = lambda client, userdata, mid, rcs, props: self._on_ack(client, userdata, mid, rcs[0], props)
+        if on_message is not None:      # on_message(mqtt.MQTTMessage), in paho's network thread
+            c.on_message = lambda client, userdata, msg: on_message(msg)
         self.client = c
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = session_expiry
