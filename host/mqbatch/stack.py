@@ -1,8 +1,9 @@
 """A local, secured mqbatch stack on loopback, for `mqbatch devices` and the demo:
 a CA with server certificate, one password per device, a recorder account, and a
 Mosquitto with TLS and the policy of mqbatch.brokerconf (each account bound to
-its client id; a device may write only mqbatch/<its id>/telemetry and /status;
-the recorder may only join the recorders' share group; every size and queue
+its client id; a device may write only mqbatch/<its id>/telemetry and /status
+and read only its acks mqbatch/<its id>/ack; the recorder may only join the
+recorders' share group and publish acks; every size and queue
 limited).
 
     stack = LocalStack(run_dir, device_ids(5))
