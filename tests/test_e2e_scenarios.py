@@ -19,6 +19,8 @@ pytestmark = pytest.mark.broker
     ("broker-kills", None),                       # 10 broker SIGKILLs at random moments: off loses what was
                                                   # queued at each kill, which depends on timing (printed only)
     ("recorder-kills", False),                    # WAL + fsync before PUBACK: nothing lost either way
+    ("foreign-subscriber-acl-file", True),        # the pre-issue-10 broker config: the intruder's share dropped
+    ("recorder-takeover-acl-file", True),         # ditto: the taken-over session's messages dropped
 ])
 def test_virtual_devices_lose_nothing_with_e2e_acks(scenario, off_loses, tmp_path):
     on = run_scenario(scenario, tmp_path / "on", devices=2, kind="virtual", e2e=True, run_for_s=5)

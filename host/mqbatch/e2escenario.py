@@ -47,11 +47,15 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mqbatch import codec, e2eack, landing, records
-from mqbatch.brokerconf import Limits
+from mqbatch.broker import Mosquitto
+from mqbatch.brokerconf import ACK_TOPICS, TELEMETRY_FILTER, Limits
 from mqbatch.e2edevice import batch
 from mqbatch.paths import FIRMWARE
 from mqbatch.recproc import RecorderProcess
 from mqbatch.stack import RECORDER_CLIENT_ID, LocalStack
+
+
+INTRUDER = "intruder"      # a device account of the stack that no device uses
 
 
 def firmware_has_e2e() -> bool:
@@ -227,7 +231,7 @@ class Harness:
     """The stack, the recorder and the devices of one run. Scenario functions drive it."""
 
     def __init__(self, run_dir, *, devices: int, kind: str, e2e: bool, limits: Limits | None = None,
-                 resend_after_s: float = 3.0, say=print):
+                 resend_after_s: float = 3.0, misconfigured: bool = False, say=print):
         if kind not in ("virtual", "firmware"):
             raise ValueError(f"device kind {kind!r}: 'virtual' or 'firmware'")
         if kind == "firmware" and e2e and not firmware_has_e2e():
@@ -235,7 +239,10 @@ class Harness:
         self.dir = pathlib.Path(run_dir)
         self.kind, self.e2e, self.resend_after_s, self.say = kind, e2e, resend_after_s, say
         self.ids = [f"dev-{i:03d}" for i in range(1, devices + 1)]
-        self.stack = LocalStack(self.dir / "stack", self.ids, **({"limits": limits} if limits else {}))
+        # one more device account, never run: the intruder of the foreign-subscriber and takeover scenarios
+        self.stack = LocalStack(self.dir / "stack", self.ids + [INTRUDER], **({"limits": limits} if limits else {}))
+        if misconfigured:
+            self.stack.broker = _acl_file_broker(self.stack)
         self.faults: list[str] = []
         user, password = self.stack.recorder_login
         pw = self.dir / "recorder.pw"
@@ -270,7 +277,8 @@ class Harness:
             if firmware_has_e2e():
                 cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": self.resend_after_s}
             b = self.stack.broker
-            self.fleet = Fleet(self.dir / "devices", b.host, b.port, credentials=self.stack.credentials,
+            self.fleet = Fleet(self.dir / "devices", b.host, b.port,
+                               credentials={d: self.stack.credentials[d] for d in self.ids},
                                ca=self.stack.ca_cert, config=cfg)
             self.fleet.start()
 
@@ -314,13 +322,16 @@ class Harness:
 
     def _recorder_caught_up(self, deadline: float) -> None:
         """Until the broker has had every PUBLISH it sent the recorder (since its latest
-        start) acknowledged, and that stayed so for a second (or the deadline)."""
-        last = None
+        start) acknowledged, and that stayed so for a second; or nothing changed for 3 s
+        (an intruder that held the recorder's client id never acknowledged what it got);
+        or the deadline."""
+        last, same = None, 0
         while time.monotonic() < deadline:
             logs = self.stack.broker.logs(since=self._log_from)
             now = (logs.count(f"Sending PUBLISH to {RECORDER_CLIENT_ID} "),
                    logs.count(f"Received PUBACK from {RECORDER_CLIENT_ID} "))
-            if now[0] == now[1] and now == last:
+            same = same + 1 if now == last else 0
+            if (now[0] == now[1] and same >= 1) or same >= 3:
                 return
             last = now
             time.sleep(1.0)
@@ -335,6 +346,38 @@ class Harness:
         self.recorder.close()
         if self.stack.broker.running:
             self.stack.broker.kill()
+
+
+def _acl_file_broker(stack: LocalStack) -> Mosquitto:
+    """The stack's broker as it was before issue 10 (docs/security.md): password_file +
+    acl_file instead of the dynamic-security plugin, so any account may SUBSCRIBE to
+    anything (read is checked only at delivery) and CONNECT with any client id."""
+    opts = stack.policy.broker_options()
+    del opts["dynamic_security"]
+    users = dict(stack.credentials)
+    users[stack.recorder_login[0]] = stack.recorder_login[1]
+    acl = (f"user {stack.recorder_login[0]}\ntopic read {TELEMETRY_FILTER}\ntopic write {ACK_TOPICS}\n\n"
+           "pattern write mqbatch/%u/telemetry\npattern write mqbatch/%u/status\npattern read mqbatch/%u/ack\n")
+    return Mosquitto(stack.run_dir / "broker-acl-file", certfile=stack.pki.server.cert, keyfile=stack.pki.server.key,
+                     cafile=stack.pki.ca_cert, persistence=True, users=users, acl=acl, **opts)
+
+
+def _intruder(h: Harness, client_id: str, *, persistent: bool) -> mqtt.Client:
+    """A paho client logged in with the intruder's (device) account; it connects once (no reconnect)."""
+    dev = INTRUDER
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+                    reconnect_on_failure=False)
+    c.tls_set(ca_certs=str(h.stack.ca_cert), cert_reqs=ssl.CERT_REQUIRED)
+    c.username_pw_set(dev, h.stack.credentials[dev])
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 3600 if persistent else 0
+    answers = []
+    c.on_connect = lambda client, userdata, flags, rc, p: answers.append(f"CONNACK {rc}")
+    c.on_subscribe = lambda client, userdata, mid, rcs, p: answers.append(f"SUBACK {rcs[0]}")
+    c.connect(h.stack.broker.host, h.stack.broker.port, keepalive=30, clean_start=not persistent, properties=props)
+    c.loop_start()
+    c.answers = answers
+    return c
 
 
 # -- scenarios: each drives a started Harness for about run_for_s seconds ---------------
@@ -382,22 +425,56 @@ def recorder_down_over_queue_limit(h: Harness, run_for_s: float, rng: random.Ran
     time.sleep(run_for_s * 0.3)
 
 
+def foreign_subscriber(h: Harness, run_for_s: float, rng: random.Random) -> None:
+    """Another account joins the recorders' share group for the middle half of the run:
+    on a broker with acl_file the SUBSCRIBE is granted, the broker hands it its round-robin
+    share, refuses the delivery (no read right) and drops it, PUBACKed to the device."""
+    time.sleep(run_for_s * 0.25)
+    c = _intruder(h, INTRUDER, persistent=False)
+    time.sleep(0.5)
+    c.subscribe(h.stack.policy.share_subscription, qos=1)
+    time.sleep(run_for_s * 0.5)
+    h.fault(f"foreign subscriber in the share group ({', '.join(map(str, c.answers))})")
+    c.disconnect()
+    c.loop_stop()
+    time.sleep(run_for_s * 0.25)
+
+
+def recorder_takeover(h: Harness, run_for_s: float, rng: random.Random) -> None:
+    """Another account CONNECTs with the recorder's client id (Clean Start 0): on a broker
+    with acl_file the recorder is kicked off and the intruder holds its session (its
+    queued and new messages go to the intruder, which may not read them: dropped) until
+    the recorder's reconnect takes it back."""
+    time.sleep(run_for_s * 0.25)
+    c = _intruder(h, RECORDER_CLIENT_ID, persistent=True)
+    time.sleep(run_for_s * 0.5)
+    h.fault(f"takeover of the recorder's client id ({', '.join(map(str, c.answers)) or 'no CONNACK'})")
+    c.disconnect()
+    c.loop_stop()
+    time.sleep(run_for_s * 0.25)
+
+
+# name -> (scenario, broker limits (None: brokerconf's), broker with acl_file instead of the plugin)
 SCENARIOS = {
-    "broker-kill-recorder-down": (broker_kill_recorder_down, None),
-    "broker-kills": (broker_kills, None),
-    "recorder-kills": (recorder_kills, None),
-    "recorder-down-over-queue-limit": (recorder_down_over_queue_limit, Limits(max_queued_messages=20)),
+    "broker-kill-recorder-down": (broker_kill_recorder_down, None, False),
+    "broker-kills": (broker_kills, None, False),
+    "recorder-kills": (recorder_kills, None, False),
+    "recorder-down-over-queue-limit": (recorder_down_over_queue_limit, Limits(max_queued_messages=20), False),
+    "foreign-subscriber-acl-file": (foreign_subscriber, None, True),
+    "recorder-takeover-acl-file": (recorder_takeover, None, True),
+    "foreign-subscriber": (foreign_subscriber, None, False),
+    "recorder-takeover": (recorder_takeover, None, False),
 }
 
 
 def run_scenario(name: str, run_dir, *, devices: int = 2, kind: str = "virtual", e2e: bool = True,
                  run_for_s: float = 10.0, seed: int | None = None, resend_after_s: float = 3.0,
                  say=print) -> Result:
-    fn, limits = SCENARIOS[name]
+    fn, limits, misconfigured = SCENARIOS[name]
     seed = secrets.randbelow(1 << 30) if seed is None else seed
     rng = random.Random(seed)
     h = Harness(pathlib.Path(run_dir), devices=devices, kind=kind, e2e=e2e, limits=limits,
-                resend_after_s=resend_after_s, say=say)
+                resend_after_s=resend_after_s, misconfigured=misconfigured, say=say)
     say(f"{name}: {devices} {kind} devices, e2e {'on' if e2e else 'off'}, {run_for_s:g} s, seed {seed}")
     try:
         h.start(run_for_s)
