@@ -59,8 +59,8 @@ INTRUDER = "intruder"      # a device account of the stack that no device uses
 
 
 def firmware_has_e2e() -> bool:
-    """Whether firmware/ implements docs/e2e-ack.md (its application reads the e2e_ack config)."""
-    return "e2e_ack" in (FIRMWARE / "mqb_app.py").read_text(encoding="utf-8")
+    """Whether firmware/ implements docs/e2e-ack.md (some module of it reads the e2e_ack config)."""
+    return any("e2e_ack" in p.read_text(encoding="utf-8") for p in FIRMWARE.glob("*.py"))
 
 
 class VirtualDevice:
@@ -275,7 +275,7 @@ class Harness:
             cfg = {"sample_hz": 50, "run_for_s": run_for_s, "drain_timeout_s": 60, "health_every_s": 1,
                    "flush": {"max_count": 20, "max_age_ms": 200}, "backoff": {"initial_ms": 200, "max_ms": 1000}}
             if firmware_has_e2e():
-                cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": self.resend_after_s}
+                cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": max(1, round(self.resend_after_s))}
             b = self.stack.broker
             self.fleet = Fleet(self.dir / "devices", b.host, b.port,
                                credentials={d: self.stack.credentials[d] for d in self.ids},
