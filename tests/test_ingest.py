@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-import signal
 import ssl
-import subprocess
 import threading
 import time
 
@@ -18,8 +16,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from mqbatch import codec, landing, records
-from mqbatch_testing import VENV_BIN, run_mpy
+from mqbatch import codec, landing, records, recproc
+from mqbatch_testing import run_mpy
 
 pytestmark = pytest.mark.broker
 
@@ -35,43 +33,15 @@ def broker(mosquitto):
                      extra=["max_queued_messages 0"])
 
 
-class RecorderProcess:
-    """`mqbatch ingest` as a child process, its stderr in a file."""
+class RecorderProcess(recproc.RecorderProcess):
+    """`mqbatch ingest` as a child process with this module's recorder account, its output in a file."""
 
     def __init__(self, broker, pki, landing_dir: pathlib.Path, client_id: str = "rec-1", *extra: str):
-        self.log = landing_dir.parent / f"{client_id}.log"
         pw = landing_dir.parent / "recorder.pw"
         pw.write_text(USERS["recorder"])
-        self.cmd = [str(VENV_BIN / "mqbatch"), "ingest", "--host", broker.host, "--port", str(broker.port),
-                    "--cafile", str(pki.ca_cert), "--username", "recorder", "--password-file", str(pw),
-                    "--landing", str(landing_dir), "--client-id", client_id, "--progress-seconds", "1", *extra]
-        self.proc = None
-
-    def start(self, timeout: float = 30.0) -> "RecorderProcess":
-        offset = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while "subscribed $share/" not in self.output(offset):
-            assert self.proc.poll() is None, f"recorder exited {self.proc.returncode}:\n{self.output()}"
-            assert time.monotonic() < deadline, f"recorder did not subscribe:\n{self.output()}"
-            time.sleep(0.05)
-        return self
-
-    def output(self, offset: int = 0) -> str:
-        return self.log.read_bytes()[offset:].decode("utf-8", "replace") if self.log.exists() else ""
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill()
+        super().__init__(landing_dir.parent / f"{client_id}.log", host=broker.host, port=broker.port,
+                         cafile=pki.ca_cert, landing=landing_dir, client_id=client_id, username="recorder",
+                         password_file=pw, extra=extra)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def test_every_role_can_do_exactly_what_the_policy_allows(secure_stack):
     assert not bad, "broker answers differ from the policy:\n" + markdown(bad)
     # each role's rows are all there (nothing silently skipped)
     assert {r.role for r in rows} == {"device", "recorder", "unknown account", "wrong password", "no username"}
-    assert len(rows) == 2 * 14 + 3
+    assert len(rows) == 2 * 19 + 1 + 3
     table = DOC.read_text(encoding="utf-8")
     documented = re.search(r"<!-- matrix:begin -->\n(.*?)<!-- matrix:end -->", table, re.S)
     assert documented, f"{DOC} has no generated matrix section"

@@ -75,14 +75,17 @@ def _session(cfg: dict, create: bool) -> None:
 
 
 def payloads(k: int = 16) -> list[tuple[list, bytes]]:
-    """k distinct 100-record batches (batch-format v1 user properties, payload)."""
-    from mqbatch import codec, records
+    """k distinct 100-record batches (batch-format v1 user properties with batch-seq, as
+    a device with end-to-end acks on sends them: docs/e2e-ack.md; payload)."""
+    from mqbatch import codec, e2eack, records
     out = []
     for j in range(k):
         recs = [records.encode_binary("sample", 1, j * RECORDS_PER_PUBLISH + i, 1_795_000_000_000 + i * 1000,
                                       [(1, 20 + i), (2, 5000 + j), (3, 3300)]) for i in range(RECORDS_PER_PUBLISH)]
         props, payload = codec.encode_batch(recs)
-        out.append((list(props), payload))
+        first = j * RECORDS_PER_PUBLISH
+        seq = (e2eack.PROPERTY, e2eack.format_batch_seq(1, first, first + RECORDS_PER_PUBLISH - 1))
+        out.append((list(props) + [seq], payload))
     return out
 
 
@@ -169,7 +172,7 @@ def _child_recorder(cfg: dict) -> dict:
     if landed < cfg["n"] or status != [0]:
         raise RuntimeError(f"recorder acked {landed} of {cfg['n']} (status {status}, error {rec.error})")
     return {"seconds": seconds, "cpu": cpu, "close_seconds": close_s, "vmhwm_kb": _vmhwm_kb(),
-            "files": rec.files_rolled}
+            "files": rec.files_rolled, "e2e_sent": rec.e2e_sent}
 
 
 def _run_child(role: str, cfg: dict, tmp: pathlib.Path) -> dict:
@@ -192,8 +195,9 @@ def main_child(argv: list[str]) -> int:
 
 # -- the benchmark -----------------------------------------------------------------------
 
-def _stack(tmp: pathlib.Path):
-    """A LocalStack whose policy also has the counter's recorder account."""
+def _stack(tmp: pathlib.Path, save_every_change: bool | None = None):
+    """A LocalStack whose policy also has the counter's recorder account (save_every_change:
+    brokerconf's broker option; None: its default)."""
     from mqbatch.broker import Mosquitto
     from mqbatch.stack import LocalStack
     stack = LocalStack(tmp / "stack", [DEVICE])
@@ -201,7 +205,9 @@ def _stack(tmp: pathlib.Path):
     stack.policy.add_recorder(*login, client_id=COUNTER_CLIENT_ID)
     # the same broker as LocalStack's, regenerated with the extended policy (stack.py builds it in __init__)
     stack.broker = Mosquitto(stack.run_dir / "broker", certfile=stack.pki.server.cert, keyfile=stack.pki.server.key,
-                             cafile=stack.pki.ca_cert, persistence=True, **stack.policy.broker_options())
+                             cafile=stack.pki.ca_cert, persistence=True,
+                             **stack.policy.broker_options(**({} if save_every_change is None else
+                                                              {"save_every_change": save_every_change})))
     return stack, login
 
 
@@ -218,7 +224,7 @@ def bench_ingest(args: argparse.Namespace) -> int:
     size = sum(len(p) for _, p in batches) / len(batches)
     with tempfile.TemporaryDirectory(prefix="mqbatch-bench-ingest-") as tmp:
         tmp = pathlib.Path(tmp)
-        stack, counter_login = _stack(tmp)
+        stack, counter_login = _stack(tmp, args.save_every_change)
         stack.broker.start()
         try:
             common = {"host": stack.broker.host, "port": stack.broker.port, "cafile": str(stack.ca_cert),
@@ -231,7 +237,9 @@ def bench_ingest(args: argparse.Namespace) -> int:
             }
             print(f"ingest bench: {n:,} PUBLISHes of {RECORDS_PER_PUBLISH} records ({size:,.0f} B payload each, "
                   f"{n * size / 1e6:,.1f} MB) per consumer, {repeat} repetitions, recorder segments of "
-                  f"{args.roll_mb:g} MiB rolled in chunks of {args.chunk_mb:g} MiB, Mosquitto TLS on "
+                  f"{args.roll_mb:g} MiB rolled in chunks of {args.chunk_mb:g} MiB, end-to-end acks "
+                  f"{'on' if args.e2e_ack else 'off'}, Mosquitto TLS "
+                  f"{'saving on every change ' if 'autosave_on_changes true' in stack.broker.config else ''}on "
                   f"{stack.broker.host}:{stack.broker.port}", flush=True)
             results: dict[str, list[dict]] = {"counter": [], "recorder": []}
             pub_rates = []
@@ -242,7 +250,7 @@ def bench_ingest(args: argparse.Namespace) -> int:
                     if role == "recorder":
                         cfg["landing"] = str(tmp / f"landing-{rep}")
                         cfg["recorder"] = {"roll_bytes": int(args.roll_mb * (1 << 20)),
-                                           "chunk_bytes": int(args.chunk_mb * (1 << 20))}
+                                           "chunk_bytes": int(args.chunk_mb * (1 << 20)), "e2e_ack": args.e2e_ack}
                     _session(cfg, create=True)
                     pub_rates.append(publish(stack, n, batches))
                     r = _run_child(role, cfg, tmp)
@@ -251,7 +259,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
                 c, r = results["counter"][-1], results["recorder"][-1]
                 print(f"  rep {rep + 1}: counter {n / c['seconds']:,.0f} PUBLISH/s, recorder {n / r['seconds']:,.0f} "
                       f"PUBLISH/s (ratio {c['seconds'] / r['seconds']:.2f}), recorder peak RSS "
-                      f"{r['vmhwm_kb'] / 1024:,.0f} MB, counter {c['vmhwm_kb'] / 1024:,.0f} MB", flush=True)
+                      f"{r['vmhwm_kb'] / 1024:,.0f} MB, counter {c['vmhwm_kb'] / 1024:,.0f} MB, "
+                      f"{r['e2e_sent']:,} e2e ack PUBLISHes", flush=True)
         finally:
             stack.broker.stop()
     cs = [n / x["seconds"] for x in results["counter"]]
@@ -283,6 +292,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--roll-mb", type=float, default=64, help="recorder segment size in MiB (default 64)")
     p.add_argument("--chunk-mb", type=float, default=8, help="recorder row-group chunk in MiB (default 8)")
     p.add_argument("--quick", action="store_true", help="a few seconds (CI): 300 PUBLISHes, 2 repetitions")
+    p.add_argument("--no-e2e-ack", dest="e2e_ack", action="store_false",
+                   help="the recorder publishes no end-to-end acks (the batches carry batch-seq either way)")
+    p.add_argument("--save-every-change", action=argparse.BooleanOptionalAction, default=None,
+                   help="Mosquitto saves its database on every change (autosave_on_changes, autosave_interval 1), "
+                        "or not (default: what mqbatch.brokerconf generates); the publisher's rate is what it costs "
+                        "(the consumer is offline while the backlog is published)")
 
 
 if __name__ == "__main__":

@@ -27,12 +27,15 @@ Mechanism (docs/security.md has the threat model and the tested matrix):
   a CONNECT with any other id is refused (0x87), so nobody can take over
   another client's session. Devices: client id = username = device id.
 - Each device has its own role: publish (send) only mqbatch/<id>/telemetry and
-  mqbatch/<id>/status (its retained Will). Devices receive and subscribe nothing.
+  mqbatch/<id>/status (its retained Will); subscribe to and receive only
+  mqbatch/<id>/ack, its end-to-end acknowledgements (docs/e2e-ack.md). No device
+  may publish to any ack topic.
 - Each recorder has its own account (so that the client ids of two recorders
   can never collide) with the shared `recorder` role: subscribe exactly
   ``$share/<group>/<filter>`` (a literal: no other group, no plain filter,
-  no ``#``, no ``$SYS``) and receive what matches the filter. Only recorder
-  accounts can join the share group.
+  no ``#``, no ``$SYS``) and receive what matches the filter, and publish the
+  end-to-end acknowledgements, ``mqbatch/+/ack``. Only recorder accounts can
+  join the share group.
 - `writer` accounts (the umqtt.simple baseline) may only publish under their
   own prefix, which no recorder reads.
 - Nobody may publish to ``$CONTROL/dynamic-security/#``: there is no admin
@@ -59,6 +62,7 @@ MAX_BATCH_PAYLOAD = 65536        # spec 3.3 max-total-batch-payload-size (bytes)
 TOPIC_AND_PROPERTIES = 4096      # room for the topic, packet id and properties of one batch PUBLISH
 RECORDER_GROUP = "mqbatch-recorders"
 TELEMETRY_FILTER = "mqbatch/+/telemetry"
+ACK_TOPICS = "mqbatch/+/ack"     # end-to-end acknowledgements (docs/e2e-ack.md): recorders write, each device reads its own
 TLS_VERSION = "tlsv1.2"          # minimum; TLS 1.3 is allowed too
 # TLS 1.2 suites: forward secrecy and AEAD only (no CBC, no SHA-1 MAC). The server key is EC P-256.
 TLS12_CIPHERS = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
@@ -124,6 +128,14 @@ def password_hash(password: str, iterations: int = 101) -> dict:
             "iterations": iterations}
 
 
+def _acls(a: Account) -> list[dict]:
+    """The plugin's ACL entries of an account: subscriptions are literal (no wildcard
+    subscription grants more than the exact filter), publish/receive are patterns."""
+    return ([{"acltype": "publishClientSend", "topic": t, "priority": 0, "allow": True} for t in a.publish] +
+            [{"acltype": "subscribeLiteral", "topic": t, "priority": 0, "allow": True} for t in a.subscribe] +
+            [{"acltype": "publishClientReceive", "topic": t, "priority": 0, "allow": True} for t in a.receive])
+
+
 class Policy:
     """Accounts and limits of one broker. Add accounts, then call broker_options()."""
 
@@ -150,13 +162,16 @@ class Policy:
         return account
 
     def add_device(self, device_id: str, password: str | None) -> Account:
-        """A device: client id = username = device_id; writes only its own topics."""
+        """A device: client id = username = device_id; writes only its own telemetry and
+        status topics, reads only its own ack topic."""
+        ack = f"mqbatch/{device_id}/ack"
         return self._add(Account(device_id, password, device_id, DEVICE,
-                                 publish=(f"mqbatch/{device_id}/telemetry", f"mqbatch/{device_id}/status")))
+                                 publish=(f"mqbatch/{device_id}/telemetry", f"mqbatch/{device_id}/status"),
+                                 subscribe=(ack,), receive=(ack,)))
 
     def add_recorder(self, username: str, password: str | None, client_id: str | None = None) -> Account:
-        """A recorder: its own account; joins the share group, nothing else."""
-        return self._add(Account(username, password, client_id or username, RECORDER,
+        """A recorder: its own account; joins the share group and publishes the acks, nothing else."""
+        return self._add(Account(username, password, client_id or username, RECORDER, publish=(ACK_TOPICS,),
                                  subscribe=(self.share_subscription,), receive=(self.topic_filter,)))
 
     def add_writer(self, username: str, password: str | None, client_id: str | None = None) -> Account:
@@ -167,18 +182,15 @@ class Policy:
     def dynamic_security(self) -> dict:
         """The dynamic-security plugin's JSON document (holds password hashes: write it 0600)."""
         roles, clients = [], []
-        recorder_role = {"rolename": "recorder", "acls": (
-            [{"acltype": "subscribeLiteral", "topic": self.share_subscription, "priority": 0, "allow": True},
-             {"acltype": "publishClientReceive", "topic": self.topic_filter, "priority": 0, "allow": True}])}
-        if any(a.kind == RECORDER for a in self.accounts.values()):
-            roles.append(recorder_role)
+        recorders = [a for a in self.accounts.values() if a.kind == RECORDER]
+        if recorders:      # one shared role: every recorder account has the same rights
+            roles.append({"rolename": "recorder", "acls": _acls(recorders[0])})
         for a in self.accounts.values():
             if a.kind == RECORDER:
                 rolename = "recorder"
             else:
                 rolename = f"{a.kind}:{a.username}"
-                roles.append({"rolename": rolename, "acls": [
-                    {"acltype": "publishClientSend", "topic": t, "priority": 0, "allow": True} for t in a.publish]})
+                roles.append({"rolename": rolename, "acls": _acls(a)})
             client = {"username": a.username, "clientid": a.client_id, "roles": [{"rolename": rolename}]}
             if a.password is not None:
                 client.update(password_hash(a.password))
@@ -193,8 +205,12 @@ class Policy:
         by client certificate (CN = username) and binds the client id to it.
         save_every_change: with persistence, write the whole in-memory database after
         every change (autosave_on_changes, autosave_interval 1) so that a broker crash
-        loses nothing it acknowledged; the cost grows with the queued data (each save
-        rewrites everything), so it is off by default and not measured here."""
+        loses less of what it acknowledged (not fsync'd: not a guarantee; end-to-end acks,
+        docs/e2e-ack.md, are). Off by default: Mosquitto 2.0.11 counts a message queued for
+        an offline client as a change and rewrites the whole database after each loop that
+        had one, so during a recorder outage the broker slows down as its queue grows
+        (measured, docs/fleet.md: 196 instead of 8,687 PUBLISH/s with 1,000 queued, ~35 at
+        3,500)."""
         opts = {"allow_anonymous": False, "dynamic_security": self.dynamic_security(),
                 "message_size_limit": self.limits.message_size_limit,
                 "max_packet_size": self.limits.max_packet_size,

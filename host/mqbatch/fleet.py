@@ -20,8 +20,9 @@ Directories are 0700, every file holding a secret 0600; passwords are random
 (secrets.token_urlsafe) and never printed; so are the devices' batch-hmac keys
 (32 random bytes each, new on --rotate, dropped by remove). The policy is mqbatch.brokerconf's:
 dynamic-security plugin, one account per device (client id = username = device
-id, writes only mqbatch/<id>/telemetry and /status), one recorder account (joins
-the recorders' share group only), TLS only, no anonymous access, every size and
+id, writes only mqbatch/<id>/telemetry and /status, reads only its acks
+mqbatch/<id>/ack), one recorder account (joins the recorders' share group, writes
+the acks mqbatch/+/ack), TLS only, no anonymous access, every size and
 queue limited. Only hashes are kept: adding a device regenerates the plugin's
 file, keeping the other accounts' hashes. The plugin reads that file at start:
 restart Mosquitto after `fleet add`.

@@ -16,6 +16,14 @@ acknowledged is redelivered by the broker from the persistent session
 (possibly a second copy of something already landed: duplicates are allowed and
 removed downstream, losses are not). Acknowledgements are never sent on a newer
 connection than the one a message arrived on.
+
+End-to-end acknowledgements (docs/e2e-ack.md, on unless e2e_ack=False): after the
+group commit, every landed PUBLISH on mqbatch/<device>/telemetry with a valid
+`batch-seq` property is acknowledged to its device on mqbatch/<device>/ack (QoS 1,
+Message Expiry 3600 s), ranges merged per device and boot per commit group; sent
+like the PUBACKs (from whichever thread sends those) and on any connection: they
+are idempotent. At start the batches of the WAL replayed from the previous run are
+acknowledged again.
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from mqbatch import paho_compat
+from mqbatch import e2eack, paho_compat
 from mqbatch.brokerconf import LIMITS
 from mqbatch.landing import Landed, LandingWriter, check_name
 
@@ -88,6 +96,7 @@ class RecorderConfig:
     commit_max: int = 1000                   # most messages per fsync
     progress_seconds: float = 5.0
     silence_warn_s: float = 60.0             # warn loudly after this long without a PUBLISH (0: never); see _check_silence
+    e2e_ack: bool = True                     # acknowledge batches with a batch-seq end to end (docs/e2e-ack.md)
 
     def __post_init__(self):
         check_name(self.client_id)
@@ -114,7 +123,9 @@ class _Item:
 
 
 class Recorder:
-    """Run with run(stop_event); stats in .received, .landed, .acked, .files_rolled."""
+    """Run with run(stop_event); stats in .received, .landed, .acked (PUBACKs), .files_rolled,
+    .e2e (mqbatch.e2eack.AckBatcher: .acked, .invalid, .without batches; None with e2e acks
+    off) and .e2e_sent (ack PUBLISHes handed to paho)."""
 
     def __init__(self, cfg: RecorderConfig, out: TextIO = sys.stderr):
         self.cfg = cfg
@@ -128,8 +139,19 @@ class Recorder:
         self._network_thread: threading.Thread | None = None   # paho's, once loop_start() ran
         self._subscribed = threading.Event()
         self._failed = threading.Event()
+        self.e2e = e2eack.AckBatcher() if cfg.e2e_ack else None
+        self.e2e_sent = 0
+        self._warned_seq = False
+        self._e2e_out: collections.deque[tuple[str, bytes]] = collections.deque()   # durable, ack not sent yet
+        self._e2e_props = Properties(PacketTypes.PUBLISH)
+        self._e2e_props.MessageExpiryInterval = e2eack.MESSAGE_EXPIRY_S
         self.client = self._make_client()
-        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds, cfg.chunk_bytes)
+        self.writer = LandingWriter(cfg.landing, cfg.client_id, cfg.roll_bytes, cfg.roll_seconds, cfg.chunk_bytes,
+                                    on_replay=self._note_e2e if self.e2e is not None else None)
+        if self.e2e is not None and self.e2e:
+            self._e2e_out.extend(self.e2e.drain())      # sent once connected (_send_acks)
+            self._say(f"{self.e2e.acked} replayed batches will be acknowledged end to end again "
+                      f"({len(self._e2e_out)} ack PUBLISHes)")
         for path in self.writer.recovered:
             self._say(f"recovered the previous run's open segment into {path.name}")
         for name, n in self.writer.torn:
@@ -186,7 +208,7 @@ class Recorder:
     def _on_message(self, client, userdata, msg: mqtt.MQTTMessage):
         landed = landed_from_message(msg, time.time_ns() // 1000)
         self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
-        if self._durable:
+        if self._durable or self._e2e_out:
             self._send_acks()                # here, PUBACKs go out in this loop pass (see _commit)
 
     def _fail(self, text: str) -> None:
@@ -200,6 +222,9 @@ class Recorder:
             self.writer.append(it.msg)
         self.writer.commit()                         # durable before any PUBACK goes out
         self.landed += len(items)
+        if self.e2e is not None:
+            self._note_e2e(it.msg for it in items)
+            self._e2e_out.extend(self.e2e.drain())   # ranges merged per device and boot over the group
         self._durable.extend(it for it in items if it.qos > 0)
         if self._queue.empty():
             self._send_acks()
@@ -208,14 +233,29 @@ class Recorder:
         # which cost more CPU than the landing itself. If no PUBLISH comes (all in flight
         # are queued here), this thread empties the queue and sends them on its next commit.
 
+    def _note_e2e(self, msgs) -> None:
+        """Collect the e2e ack ranges of landed (or replayed) messages; warn about the first bad batch-seq."""
+        for m in msgs:
+            if not self.e2e.add(m.topic, m.user_properties) and self.e2e.invalid == 1 and not self._warned_seq:
+                self._warned_seq = True
+                self._say(f"a PUBLISH on {m.topic[:80]!r} has an invalid {e2eack.PROPERTY} property "
+                          f"{[v for k, v in m.user_properties if k == e2eack.PROPERTY][:2]!r} or topic: landed, "
+                          f"not acknowledged end to end (counted; reported once)")
+
     def _send_acks(self) -> None:
-        """PUBACK what is durable, in arrival order; from either thread, one at a time."""
+        """PUBACK what is durable, in arrival order, then publish its e2e acks; from either
+        thread, one at a time. E2e acks wait for a connection but not for the one their
+        batches came on (they are idempotent); paho keeps a QoS 1 ack across a reconnect."""
         with self._ack_lock:
             while self._durable:
                 it = self._durable.popleft()
                 if it.generation == self._generation:
                     if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
                         self.acked += 1
+            while self._e2e_out and self.client.is_connected():
+                topic, payload = self._e2e_out.popleft()
+                self.client.publish(topic, payload, qos=1, properties=self._e2e_props)
+                self.e2e_sent += 1
 
     def _writer_loop(self, done: threading.Event) -> None:
         try:
@@ -245,7 +285,7 @@ class Recorder:
             if items:
                 self.received += len(items)
                 self._commit(items)
-            elif self._durable:
+            elif self._durable or self._e2e_out:
                 self._send_acks()
             if self.writer.due():             # converted in the background: PUBACKs go on meanwhile
                 self.writer.roll_in_background()
@@ -342,7 +382,12 @@ class Recorder:
                 path = None
                 self._fail(f"could not roll the open segment into Parquet ({e}); its WAL is kept "
                            f"in {self.writer.wal_dir} and converted at the next start")
+            e2e = self.e2e
             self._say(f"stopped: {self.landed} PUBLISHes landed, {self.acked} acked, "
                       f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}"
-                      f"{f', {left} unacknowledged left to the broker' if left else ''}")
+                      f"{f', {left} unacknowledged left to the broker' if left else ''}" +
+                      (f"; e2e acks: {e2e.acked} batches in {self.e2e_sent} ack PUBLISHes, {e2e.invalid} with an "
+                       f"invalid batch-seq, {e2e.without} without one"
+                       f"{f', {len(self._e2e_out)} acks not sent (no connection)' if self._e2e_out else ''}"
+                       if e2e is not None else "; e2e acks off"))
         return 1 if self.error else 0

@@ -262,8 +262,13 @@ class LandingWriter:
     """The open segment of one recorder: append, commit (fsync), roll into Parquet."""
 
     def __init__(self, directory: str | os.PathLike, recorder: str,
-                 roll_bytes: int = 64 << 20, roll_seconds: float = 60.0, chunk_bytes: int = 8 << 20):
+                 roll_bytes: int = 64 << 20, roll_seconds: float = 60.0, chunk_bytes: int = 8 << 20,
+                 on_replay=None):
+        """on_replay(rows): called at start for each chunk of rows (list of Landed) that the
+        previous run's WAL segments held, as they are converted (the recorder acknowledges
+        them end to end again: docs/e2e-ack.md)."""
         self.dir = pathlib.Path(directory)
+        self.on_replay = on_replay
         self.recorder = check_name(recorder)
         self.roll_bytes = roll_bytes
         self.roll_seconds = roll_seconds
@@ -300,10 +305,10 @@ class LandingWriter:
         return (max(used) + 1) if used else 0
 
     def _recover(self) -> list[pathlib.Path]:
-        done = [self._convert(seg) for seg in self._segments(self.wal_dir, wal_name)]
+        done = [self._convert(seg, self.on_replay) for seg in self._segments(self.wal_dir, wal_name)]
         return [p for p in done if p is not None]
 
-    def _convert(self, segment: int) -> pathlib.Path | None:
+    def _convert(self, segment: int, on_rows=None) -> pathlib.Path | None:
         """WAL segment -> Parquet (atomic), then delete the WAL. None if it held no complete frame.
         Streamed: one row group per chunk of about chunk_bytes of WAL, so memory is bounded by
         chunk_bytes, not by the segment. A crash part-way leaves only the hidden .tmp file and
@@ -318,6 +323,8 @@ class LandingWriter:
                 for chunk in reader.chunks():
                     pw.write_table(to_table(chunk, self.recorder, segment, rows), row_group_size=len(chunk))
                     rows += len(chunk)
+                    if on_rows is not None:
+                        on_rows(chunk)
             f.flush()
             os.fsync(f.fileno())
         size = wal.stat().st_size

@@ -35,7 +35,7 @@ class Probe:
     connack: "0x00 Success" or the refusal ("0x87 Not authorized"); connected: bool."""
 
     def __init__(self, host: str, port: int, cafile, client_id: str, username: str | None, password: str | None,
-                 clean_start: bool = True, session_expiry: int = 0, certfile=None, keyfile=None):
+                 clean_start: bool = True, session_expiry: int = 0, certfile=None, keyfile=None, on_message=None):
         self.disconnects: list[str] = []
         self._cond = threading.Condition()
         self._acks: dict[int, object] = {}
@@ -49,6 +49,8 @@ class Probe:
         c.on_disconnect = self._on_disconnect
         c.on_publish = self._on_ack
         c.on_subscribe = lambda client, userdata, mid, rcs, props: self._on_ack(client, userdata, mid, rcs[0], props)
+        if on_message is not None:      # on_message(mqtt.MQTTMessage), in paho's network thread
+            c.on_message = lambda client, userdata, msg: on_message(msg)
         self.client = c
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = session_expiry
@@ -121,9 +123,14 @@ class Row:
         return self.outcome == self.expected
 
 
+DELIVERED, NOT_DELIVERED = "delivered", f"nothing delivered within {WAIT:g} s"
+
+
 def _refused(observed: str) -> bool:
     # 0x00 Success, 0x01 Granted QoS 1, 0x10 No matching subscribers are successes; every
     # MQTT 5 reason code >= 0x80 is a refusal, as is a closed connection
+    if observed == DELIVERED:
+        return False
     try:
         return int(observed.split()[0], 16) >= 0x80
     except ValueError:
@@ -132,7 +139,8 @@ def _refused(observed: str) -> bool:
 
 def run_matrix(stack, device: str | None = None, other: str | None = None) -> list[Row]:
     """Probe the stack's broker (mqbatch.stack.LocalStack, started) as a device, a
-    recorder, an unknown account and a wrong password. Returns the rows in order."""
+    recorder, an unknown account and a wrong password (and a device receiving its
+    end-to-end ack from a recorder). Returns the rows in order."""
     from mqbatch.stack import RECORDER_CLIENT_ID
     devices = list(stack.credentials)
     device, other = device or devices[0], other or devices[1]
@@ -161,6 +169,10 @@ def run_matrix(stack, device: str | None = None, other: str | None = None) -> li
                     (f"publish mqbatch/{device}/status (the device's status)", f"mqbatch/{device}/status",
                      "allowed" if role == "device" else "refused"),
                     (f"publish mqbatch/{other}/telemetry (another device's)", f"mqbatch/{other}/telemetry", "refused"),
+                    (f"publish mqbatch/{device}/ack (the device's e2e acks)", f"mqbatch/{device}/ack",
+                     "allowed" if role == "recorder" else "refused"),
+                    (f"publish mqbatch/{other}/ack (another device's e2e acks)", f"mqbatch/{other}/ack",
+                     "allowed" if role == "recorder" else "refused"),
                     ("publish $CONTROL/dynamic-security/v1 (policy admin)", "$CONTROL/dynamic-security/v1", "refused")]
             for action, topic, expected in pubs:
                 rows.append(Row(role, action, expected, p.publish(topic)))
@@ -173,16 +185,41 @@ def run_matrix(stack, device: str | None = None, other: str | None = None) -> li
                     (f"subscribe mqbatch/{device}/telemetry", f"mqbatch/{device}/telemetry", "refused"),
                     (f"subscribe mqbatch/{other}/telemetry", f"mqbatch/{other}/telemetry", "refused"),
                     ("subscribe mqbatch/+/telemetry (not shared)", "mqbatch/+/telemetry", "refused"),
+                    (f"subscribe mqbatch/{device}/ack (the device's e2e acks)", f"mqbatch/{device}/ack",
+                     "allowed" if role == "device" else "refused"),
+                    (f"subscribe mqbatch/{other}/ack (another device's e2e acks)", f"mqbatch/{other}/ack", "refused"),
+                    ("subscribe mqbatch/+/ack", "mqbatch/+/ack", "refused"),
                     ("subscribe #", "#", "refused"),
                     ("subscribe $SYS/#", "$SYS/#", "refused")]
             for action, topic, expected in subs:
                 rows.append(Row(role, action, expected, p.subscribe(topic)))
         finally:
             p.close()
+    rows.append(_ack_delivery(b, stack.ca_cert, device, stack.credentials[device], rec_user, rec_pw,
+                              RECORDER_CLIENT_ID))
     connect_row("unknown account", "connect", "refused", "intruder", "intruder", "whatever")
     connect_row("wrong password", f"connect as {device}", "refused", device, device, "not-the-password")
     connect_row("no username", "connect", "refused", "anonymous-1", None, None)
     return rows
+
+
+def _ack_delivery(b, cafile, device, password, rec_user, rec_pw, rec_client_id) -> Row:
+    """The device, subscribed to its ack topic, gets what a recorder publishes there
+    (the receive ACL: docs/e2e-ack.md section 4)."""
+    from mqbatch import e2eack
+    got = []
+    own = e2eack.ack_topic(device)
+    d = Probe(b.host, b.port, cafile, device, device, password, on_message=lambda m: got.append(m.topic))
+    r = Probe(b.host, b.port, cafile, rec_client_id, rec_user, rec_pw)
+    try:
+        d.subscribe(own)
+        r.publish(own, e2eack.encode([(1, 0, 0)])[0])
+        wait_until(lambda: got, WAIT)
+        observed = DELIVERED if own in got else NOT_DELIVERED
+    finally:
+        r.close()
+        d.close()
+    return Row("device", f"receive what a recorder publishes to {own}", "allowed", observed)
 
 
 def markdown(rows: list[Row]) -> str:

@@ -477,8 +477,8 @@ def stack_recorder(tmp_path):
     made = []
 
     def factory(stack, landing_dir, **cfg) -> RecorderThread:
-        user, password = stack.recorder_login
         cfg.setdefault("client_id", RECORDER_CLIENT_ID)
+        user, password = stack.recorder_logins[cfg["client_id"]]
         rec = RecorderThread(RecorderConfig(host=stack.broker.host, port=stack.broker.port, landing=str(landing_dir),
                                             cafile=str(stack.ca_cert), username=user, password=password,
                                             progress_seconds=3600, **cfg))

@@ -25,7 +25,7 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
         topic_filter=args.filter, cafile=args.cafile, certfile=args.cert, keyfile=args.key,
         username=args.username, password=password, session_expiry=args.session_expiry,
         receive_maximum=args.receive_maximum, roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-        progress_seconds=args.progress_seconds, silence_warn_s=args.silence_warn_s)
+        progress_seconds=args.progress_seconds, silence_warn_s=args.silence_warn_s, e2e_ack=args.e2e_ack)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,4 +74,7 @@ def register(sub) -> None:
     p.add_argument("--silence-warn-s", type=non_negative_float, default=60.0,
                    help="warn loudly when no PUBLISH arrived for this long (default 60; 0: never): the broker "
                         "grants a subscription to topics the account may not read and then delivers nothing")
+    p.add_argument("--no-e2e-ack", dest="e2e_ack", action="store_false",
+                   help="do not publish end-to-end acknowledgements to mqbatch/<device>/ack (docs/e2e-ack.md; "
+                        "default: on, for every landed batch with a valid batch-seq property)")
     p.set_defaults(func=run)
