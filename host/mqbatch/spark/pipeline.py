@@ -42,6 +42,9 @@ BYTES_PER_SHUFFLE_PARTITION = 64 << 20
 # into 1,000,000 rows; returned whole it needs a JVM heap of that size (1 M records
 # ran a 1 GB local driver out of memory). Slices keep executor memory bounded by this.
 DECODED_ROWS_PER_BATCH = 16_384
+# records per landed Arrow batch at most (size_arrow_batches): 1,000 landed rows at the
+# default --max-batch-size 100 instead of Spark's default 10,000 (1,000,000 records)
+DECODED_RECORDS_PER_BATCH = 100_000
 
 
 # -- steps --------------------------------------------------------------------------
@@ -211,6 +214,27 @@ def write_report(report: dict, out: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
+    """Landed rows per Arrow batch handed to the decoder (unless configured explicitly):
+    at most DECODED_RECORDS_PER_BATCH records, so the Python worker's memory is bounded
+    by that (about 0.75 KB per record at peak, docs/spark.md) and not by the landing zone;
+    smaller batches also let the JVM and the Python worker of a task work at the same time."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    if spark.sparkContext.getConf().contains(key):
+        return int(spark.sparkContext.getConf().get(key))
+    most = max(1, min(opts.max_batch_size, opts.max_payload_bytes))   # a sub-message takes >= 1 byte
+    rows = max(1, min(10_000, DECODED_RECORDS_PER_BATCH // most))
+    spark.conf.set(key, str(rows))
+    return rows
+
+
+def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions) -> DataFrame:
+    """The batch job's decode step: compact rows (decoder.compact), Arrow batches sized
+    to the options (size_arrow_batches)."""
+    size_arrow_batches(spark, opts)
+    return decode(landed, opts, compact_rows=True)
+
+
 def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
     """Shuffle partitions sized to the input (unless configured explicitly): one per
     64 MiB of landing files, at least the default parallelism, at most 200."""
@@ -288,7 +312,7 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
         size_shuffle(spark, paths)
     staging = f"{out.rstrip('/')}/{STAGING}"
     with _step(seconds, "decode (to staging)"):
-        (decode(read_landing(spark, paths), opts, compact_rows=True)
+        (job_decode(spark, read_landing(spark, paths), opts)
          .withColumn(ROW_ID, F.monotonically_increasing_id()).write.mode("overwrite").parquet(staging))
     decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])) \
         .parquet(staging)
