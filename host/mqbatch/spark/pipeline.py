@@ -8,8 +8,10 @@
     unique      = deduplicate(arrivals)       first arrival of each (device, boot, seq)
     report      = build_report(decoded, ...)  counts per reason, per-device quality
 
-`decoded` is computed once (persisted) and records/, quarantine/ and the report are
-derived from it. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
+`decoded` is computed once and records/, quarantine/ and the report are derived from it:
+run_batch writes the job's compact decoded rows (job_decode) once to OUT/_staging/decoded
+and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
+micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
 from __future__ import annotations
 
