@@ -250,6 +250,25 @@ def test_batch_rerun_is_idempotent(job, spark, scenario, batch_default):
     assert first[2] == second[2] and len(second[2]) == 6
 
 
+def test_batch_drops_later_copies_without_the_broadcast_hint_too(job, spark, scenario, batch_default, tmp_path,
+                                                           monkeypatch):
+    """Later copies of a record are dropped by row id with a broadcast anti-join when few
+    (batch_default) and as Spark chooses beyond pipeline.BROADCAST_DUPLICATES: same output;
+    the staged decoded rows are removed either way."""
+    from mqbatch.spark import pipeline
+    monkeypatch.setattr(pipeline, "BROADCAST_DUPLICATES", 0)
+    seconds: dict = {}
+    report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(reorder_window=3), seconds)
+    assert report == expected_report(False)
+    batch_out, _ = batch_default
+    for out in (tmp_path, batch_out):
+        assert sorted(p.name for p in out.iterdir()) == ["quarantine", "records", "report.json"]
+    assert _read(spark, tmp_path / "records", "device", "boot", "seq") == \
+        _read(spark, batch_out / "records", "device", "boot", "seq")
+    assert set(seconds) == {"files.scan", "decode (to staging)", "deduplicate (keys)", "write records/",
+                            "write quarantine/", "build_report"}
+
+
 def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
     landing_dir, out = tmp_path / "landing", tmp_path / "out"
     landing_dir.mkdir()

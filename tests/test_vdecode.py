@@ -153,3 +153,41 @@ def test_pipeline_falls_back_to_the_reference_when_the_vectorised_decoder_fails(
     assert got.equals(want)
     assert "vectorised decoder failed on a batch of 20 landed rows (IndexError: simulated vdecode bug)" \
         in capsys.readouterr().err
+
+
+def test_compact_rows_are_the_full_rows_without_what_records_do_not_need():
+    """decode_arrow(compact=True), the batch job's rows, equals decoder.compact of the
+    reference's rows: the columns NOT_FOR_RECORDS null on valid record rows only, every
+    quarantine row whole; on the shared vectors and 20,000 generated landed rows."""
+    from mqbatch.spark import decoder
+    ref = reference()
+    rng = random.Random(20261125)
+    batches = diff.vector_batches(ref) + [(diff.landed_batch([diff.case(rng) for _ in range(rng.randint(0, 200))]),
+                                           diff.job_options(rng, ref)) for _ in range(200)]
+    valid = quarantined = 0
+    for batch, opts in batches:
+        full = pa.Table.from_batches(list(ref.decode_batches(iter([batch]), opts)))
+        want = pa.Table.from_batches([decoder.compact(b) for b in full.to_batches()], schema=full.schema)
+        got = pa.Table.from_batches([vdecode.decode_arrow(batch, opts, compact=True)])
+        assert got.equals(want), diff._first_difference(want, got)
+        assert pa.Table.from_batches([decoder.decode_vectorised(batch, opts, compact_rows=True)]).equals(got)
+        rows = full.to_pylist()
+        valid += sum(r["reason"] is None and r["sub_index"] is not None for r in rows)
+        quarantined += sum(r["reason"] is not None for r in rows)
+    assert valid > 10_000 and quarantined > 1_000, (valid, quarantined)
+    # what is left out: exactly the NOT_FOR_RECORDS columns of valid record rows
+    kept = [r for r in got.to_pylist() if r["reason"] is None and r["sub_index"] is not None]
+    assert kept and all(r[c] is None for r in kept for c in vdecode.NOT_FOR_RECORDS)
+    assert all(r["topic"] and r["readings"] is not None for r in kept)
+
+
+def test_compact_fallback_to_the_reference(monkeypatch):
+    from mqbatch.spark import decoder
+    ref = reference()
+    batch = diff.landed_batch([diff.case(random.Random(4)) for _ in range(20)])
+    want = decoder.compact(decoder.decode_arrow(batch, ref.JobOptions()))
+
+    def broken(batch, opts, compact=False):
+        raise IndexError("simulated vdecode bug")
+    monkeypatch.setattr(vdecode, "decode_arrow", broken)
+    assert decoder.decode_vectorised(batch, ref.JobOptions(), compact_rows=True).equals(want)

@@ -57,6 +57,10 @@ DECODED = pa.schema(list(LANDED) + [
     ("dropped_total", pa.int64()),
 ])
 
+# landed columns a valid record row does not need (records/ and the job's report do not
+# read them; quarantine rows keep them): decode_arrow(compact=True) leaves them null there
+NOT_FOR_RECORDS = ("user_properties", "content_type", "payload_format_indicator", "message_expiry_interval",
+                   "qos", "retain", "dup", "sub_payload")
 STATUSES = (codec.OK, codec.PARTIAL, codec.DISCARDED)
 STAGES = ("batch", "topic", "record")
 REASONS = (codec.REASON_CODES + (records.TOPIC_INVALID, records.DEVICE_ID_INVALID) + records.RECORD_REASONS
@@ -91,13 +95,15 @@ _JSON_UNSAFE = r'[^\x20\x21\x23-\x5b\x5d-\x7f]'
 _I62 = 1 << 62
 
 
-def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.RecordBatch:
+def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None, compact: bool = False) -> pa.RecordBatch:
     """The decoded rows (schema DECODED) of one landed Arrow batch (LANDED_COLUMNS),
     identical to the reference `decode_batches`. `opts`: the job's options
     (partial, max_batch_size, max_payload_bytes, allow_empty, max_future_s).
     `stats`, if given, counts the rows and records that took the reference path
     ("fallback_rows", "fallback_records") and any row where the vectorised checks
-    disagreed with the reference ("mismatch": must stay absent; the tests check)."""
+    disagreed with the reference ("mismatch": must stay absent; the tests check).
+    compact: the columns NOT_FOR_RECORDS are null on valid record rows (the batch job's
+    rows: equal to mqbatch.spark.decoder.compact of the full output; tests/test_vdecode.py)."""
     stats = stats if stats is not None else {}
     n = batch.num_rows
     topics = pc.fill_null(batch.column("topic"), "")
@@ -138,9 +144,14 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
 
     # assemble, in the reference's column order
     idx = pa.array(take)
-    carried = batch.drop_columns(["payload"]).take(idx)        # the payload column is rebuilt below
+    landed = [name for name in LANDED_COLUMNS if name != "payload"]   # the payload column is rebuilt below
+    columns = {}
+    if compact:          # NOT_FOR_RECORDS: taken with a null index on valid record rows
+        sparse = [name for name in landed if name in NOT_FOR_RECORDS]
+        columns.update(zip(sparse, batch.select(sparse).take(pa.array(take, mask=out.valid)).columns))
+    carried = batch.select([name for name in landed if name not in columns]).take(idx)
+    columns.update(zip(carried.column_names, carried.columns))
     quarantined = np.flatnonzero(out.stage >= 0)
-    columns = {name: carried.column(name) for name in LANDED_COLUMNS if name != "payload"}
     columns["payload"] = _landed_payloads(n_out, quarantined, take[quarantined], p_off, data)
     first = np.zeros(n_out, bool)
     first[row_start] = True
@@ -153,7 +164,8 @@ def decode_arrow(batch: pa.RecordBatch, opts, stats: dict | None = None) -> pa.R
         reason=_lookup(REASONS, out.reason),
         detail=out.detail_array(),
         sub_index=pa.array(out.sub_index.astype(np.int32), mask=out.sub_index < 0),
-        sub_payload=_sub_payloads(n_out, rpos, m_start, m_len, data),
+        sub_payload=(_sub_payloads(n_out, rpos, m_start, m_len, data) if not compact else
+                     _quarantined_subs(n_out, rpos, m_start, m_len, data, out.stage[rpos] >= 0)),
         device=device.take(idx),
     )
     columns.update(out.record_columns())
@@ -603,6 +615,12 @@ def _sub_payloads(n_out, rpos, m_start, m_len, data) -> pa.Array:
     marks[m_start[nonempty] + m_len[nonempty]] -= 1
     body = data[np.cumsum(marks[:-1], dtype=np.int8).astype(bool)] if len(data) else data
     return _place(pa.binary(), n_out, rpos, m_len, body)
+
+
+def _quarantined_subs(n_out, rpos, m_start, m_len, data, bad) -> pa.Array:
+    """sub_payload of the compact rows: the sub-messages of the quarantined records only."""
+    parts = [data[a:a + n] for a, n in zip(m_start[bad], m_len[bad])]
+    return _place(pa.binary(), n_out, rpos[bad], m_len[bad], np.concatenate(parts) if parts else np.zeros(0, np.uint8))
 
 
 def _landed_payloads(n_out, pos, rows, p_off, data) -> pa.Array:

@@ -84,6 +84,11 @@ def _spark_work(spark, group: str) -> tuple[int, int, int]:
     return len(jobs), len(stages), tasks
 
 
+def _no_rows(batches):
+    for batch in batches:
+        yield batch.slice(0, 0)
+
+
 def bench_spark(args: argparse.Namespace) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -101,8 +106,8 @@ def bench_spark(args: argparse.Namespace) -> int:
         json_type = ("array<struct<v:int,kind:string,boot:bigint,seq:bigint,ts_ms:bigint,synced:boolean,"
                      "r:map<string,bigint>>>")
 
-        def ours():
-            decoded = S.decode(S.read_landing(spark, str(tmp / "landing")), opts)
+        def ours():       # the batch job's decode step (compact rows, bounded Arrow batches)
+            decoded = S.job_decode(spark, S.read_landing(spark, str(tmp / "landing")), opts)
             S.records(decoded).select("device", "seq", F.explode("readings").alias("r")) \
                 .write.format("noop").mode("overwrite").save()
 
@@ -110,11 +115,20 @@ def bench_spark(args: argparse.Namespace) -> int:
             spark.read.parquet(str(json_file)).select(F.explode(F.from_json("payload", json_type)).alias("x")) \
                 .select("x.seq", F.explode("x.r")).write.format("noop").mode("overwrite").save()
 
+        def exchange():   # (a)'s floor: the landed rows to the Python workers and back, no decoding
+            S.size_arrow_batches(spark, opts)
+            S.read_landing(spark, str(tmp / "landing")).select(*S.LANDED_COLUMNS) \
+                .mapInArrow(_no_rows, S.LANDING_SCHEMA).write.format("noop").mode("overwrite").save()
+
+        steps: dict = {}
+
         def full():
-            S.run_batch(spark, str(tmp / "landing"), str(tmp / "out"), opts)
+            steps.clear()
+            S.run_batch(spark, str(tmp / "landing"), str(tmp / "out"), opts, steps)
 
         results = {}
         for name, fn in (("(a) mqbatch decode+validate+explode", ours), ("(b) from_json+explode (JSON arrays)", from_json),
+                         ("(a0) the Arrow exchange of (a) alone (mapInArrow returning no rows)", exchange),
                          ("(c) full batch job (records/, quarantine/, report)", full)):
             times = []
             for rep in range(args.repeat):
@@ -127,6 +141,7 @@ def bench_spark(args: argparse.Namespace) -> int:
             jobs, stages, tasks = _spark_work(spark, group)
             print(f"{name}: {_summary(times, n)}; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks",
                   flush=True)
+        print("(c) last run, seconds per step: " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
         a, b = (statistics.median(results[k]) for k in list(results)[:2])
         print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
         spark.stop()

@@ -8,19 +8,24 @@
     unique      = deduplicate(arrivals)       first arrival of each (device, boot, seq)
     report      = build_report(decoded, ...)  counts per reason, per-device quality
 
-`decoded` is computed once (persisted) and records/, quarantine/ and the report are
-derived from it. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
+`decoded` is computed once and records/, quarantine/ and the report are derived from it:
+run_batch writes the job's compact decoded rows (job_decode) once to OUT/_staging/decoded
+and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
+micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import pathlib
+import time
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.decoder import decode_vectorised
@@ -29,7 +34,8 @@ from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS,
                                   QUARANTINE_COLUMNS, RECORD_COLUMNS)
 
 # The decoder the pipeline runs per Arrow batch: (pa.RecordBatch, JobOptions) -> pa.RecordBatch
-# in DECODED_SCHEMA: the vectorised one (mqbatch.vdecode, equal to the reference decode_arrow).
+# in DECODED_SCHEMA: the vectorised one (mqbatch.vdecode, equal to the reference decode_arrow);
+# the batch job calls it as (batch, opts, True) for its compact rows (decoder.compact).
 DECODE_ARROW = decode_vectorised
 
 BYTES_PER_SHUFFLE_PARTITION = 64 << 20
@@ -38,6 +44,9 @@ BYTES_PER_SHUFFLE_PARTITION = 64 << 20
 # into 1,000,000 rows; returned whole it needs a JVM heap of that size (1 M records
 # ran a 1 GB local driver out of memory). Slices keep executor memory bounded by this.
 DECODED_ROWS_PER_BATCH = 16_384
+# records per landed Arrow batch at most (size_arrow_batches): 1,000 landed rows at the
+# default --max-batch-size 100 instead of Spark's default 10,000 (1,000,000 records)
+DECODED_RECORDS_PER_BATCH = 100_000
 
 
 # -- steps --------------------------------------------------------------------------
@@ -52,12 +61,14 @@ def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
     return spark.read.schema(LANDING_SCHEMA).parquet(*paths)
 
 
-def decode(landed: DataFrame, opts: JobOptions) -> DataFrame:
+def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False) -> DataFrame:
+    """mapInArrow: DECODE_ARROW per landed Arrow batch. compact_rows (the batch job): valid
+    record rows come back without the landed columns records/ does not need (decoder.compact)."""
     decoder = DECODE_ARROW
 
     def run(batches):
         for batch in batches:
-            out = decoder(batch, opts)
+            out = decoder(batch, opts, compact_rows) if compact_rows else decoder(batch, opts)
             for start in range(0, out.num_rows, DECODED_ROWS_PER_BATCH):
                 yield out.slice(start, DECODED_ROWS_PER_BATCH)
     return landed.select(*LANDED_COLUMNS).mapInArrow(run, DECODED_SCHEMA)
@@ -205,6 +216,27 @@ def write_report(report: dict, out: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
+    """Landed rows per Arrow batch handed to the decoder (unless configured explicitly):
+    at most DECODED_RECORDS_PER_BATCH records, so the Python worker's memory is bounded
+    by that (about 0.75 KB per record at peak, docs/spark.md) and not by the landing zone;
+    smaller batches also let the JVM and the Python worker of a task work at the same time."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    if spark.sparkContext.getConf().contains(key):
+        return int(spark.sparkContext.getConf().get(key))
+    most = max(1, min(opts.max_batch_size, opts.max_payload_bytes))   # a sub-message takes >= 1 byte
+    rows = max(1, min(10_000, DECODED_RECORDS_PER_BATCH // most))
+    spark.conf.set(key, str(rows))
+    return rows
+
+
+def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions) -> DataFrame:
+    """The batch job's decode step: compact rows (decoder.compact), Arrow batches sized
+    to the options (size_arrow_batches)."""
+    size_arrow_batches(spark, opts)
+    return decode(landed, opts, compact_rows=True)
+
+
 def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
     """Shuffle partitions sized to the input (unless configured explicitly): one per
     64 MiB of landing files, at least the default parallelism, at most 200."""
@@ -220,22 +252,89 @@ def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
 def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "overwrite") -> None:
     """records/ (partitioned by date=YYYY-MM-DD, sorted by device, boot, seq within each
     file) and quarantine/, from the already decoded rows (no re-read, no global sort)."""
-    (record_output(unique).sortWithinPartitions("date", "device", "boot", "seq")
-     .write.mode(mode).partitionBy("date").parquet(f"{out}/records"))
+    _write_records(unique, out, mode)
     quarantine(decoded).write.mode(mode).parquet(f"{out}/quarantine")
 
 
-def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions) -> dict:
-    """Batch mode: outputs are overwritten, so a rerun gives the same result."""
-    paths, bad_files = landing_files.scan(landing)
-    size_shuffle(spark, paths)
-    decoded = decode(read_landing(spark, paths), opts).persist(StorageLevel.MEMORY_AND_DISK)
-    unique = deduplicate(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
+def _write_records(unique: DataFrame, out: str, mode: str) -> None:
+    (record_output(unique).sortWithinPartitions("date", "device", "boot", "seq")
+     .write.mode(mode).partitionBy("date").parquet(f"{out}/records"))
+
+
+ROW_ID = "_row"              # the batch job's id of a decoded row (its staged copy)
+STAGING = "_staging/decoded"  # under --out: the batch job's decoded rows, removed when it ends
+# the arrival keys of the valid records: all that de-duplication and the report's windows read
+KEY_COLUMNS = ["device", "boot", "seq", *ARRIVAL_ORDER[:-1], "sub_index", "synced", "latency_ms",
+               "dropped_total", ROW_ID]
+# later copies of a record (duplicates) are dropped from records/ with a broadcast
+# anti-join up to this many (8 bytes each), beyond it with a shuffled one
+BROADCAST_DUPLICATES = 4_000_000
+
+
+def first_arrivals(arrivals: DataFrame) -> DataFrame:
+    """KEY_COLUMNS of the valid records, partitioned by (device, boot), with `_first`: the
+    first arrival of its (device, boot, seq). The report's windows reuse this partitioning."""
+    first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
+    return (arrivals.select(*KEY_COLUMNS).repartition("device", "boot")
+            .withColumn("_first", F.row_number().over(first) == 1))
+
+
+def _remove(spark: SparkSession, path: str) -> None:
+    """Delete a directory tree on any Hadoop file system (local --out or a URL), and its
+    parent directory when that is left empty."""
+    p = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs.delete(p, True)
+    if fs.exists(p.getParent()) and not fs.listStatus(p.getParent()):
+        fs.delete(p.getParent(), False)
+
+
+@contextlib.contextmanager
+def _step(seconds: dict | None, name: str):
+    """Adds the wall-clock seconds of the block to seconds[name] (when seconds is a dict)."""
+    started = time.monotonic()
     try:
-        write_outputs(decoded, unique, out)
-        report = build_report(decoded, opts, unique, bad_files)
+        yield
     finally:
-        unique.unpersist()
-        decoded.unpersist()
+        if seconds is not None:
+            seconds[name] = seconds.get(name, 0.0) + time.monotonic() - started
+
+
+def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, seconds: dict | None = None) -> dict:
+    """Batch mode: outputs are overwritten, so a rerun gives the same result.
+
+    One decode pass: the decoded rows (compact, decoder.compact) are written once to
+    OUT/_staging/decoded; records/, quarantine/ and the report are derived from that copy.
+    De-duplication and the report's windows shuffle only the arrival keys of the records
+    (KEY_COLUMNS, persisted); the records themselves are written without a shuffle, the
+    later copies of a record dropped by their row id (an anti-join, broadcast when small).
+    `seconds`, if given, receives the wall-clock seconds of each step (the benchmark prints them)."""
+    with _step(seconds, "files.scan"):
+        paths, bad_files = landing_files.scan(landing)
+        size_shuffle(spark, paths)
+    staging = f"{out.rstrip('/')}/{STAGING}"
+    with _step(seconds, "decode (to staging)"):
+        (job_decode(spark, read_landing(spark, paths), opts)
+         .withColumn(ROW_ID, F.monotonically_increasing_id()).write.mode("overwrite").parquet(staging))
+    decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])) \
+        .parquet(staging)
+    arrivals = records(decoded)
+    keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with _step(seconds, "deduplicate (keys)"):
+            later = keys.where(~F.col("_first")).select(ROW_ID)
+            n_later = later.count()
+        if n_later:
+            arrivals = arrivals.join(F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later,
+                                     ROW_ID, "left_anti")
+        with _step(seconds, "write records/"):
+            _write_records(arrivals, out, "overwrite")
+        with _step(seconds, "write quarantine/"):
+            quarantine(decoded).write.mode("overwrite").parquet(f"{out}/quarantine")
+        with _step(seconds, "build_report"):
+            report = build_report(decoded, opts, keys.where(F.col("_first")), bad_files)
+    finally:
+        keys.unpersist()
+        _remove(spark, staging)
     write_report(report, pathlib.Path(out))
     return report

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.options import JobOptions
-from mqbatch.spark.pipeline import (build_report, decode, deduplicate, read_landing, records, size_shuffle,
+from mqbatch.spark.pipeline import (build_report, deduplicate, job_decode, read_landing, records, size_shuffle,
                                     write_outputs, write_report)
 from mqbatch.spark.schema import DECODED_SCHEMA
 
@@ -105,7 +105,7 @@ def process_batch(spark: SparkSession, files_df: DataFrame, batch_id: int, out: 
             leftover.unlink()
     good, bad = landing_files.split_files(paths)
     size_shuffle(spark, good)
-    decoded = decode(read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts)
         staging = out_p / "_staging" / tag
