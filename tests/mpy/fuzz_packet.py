@@ -9,7 +9,9 @@
 # must end every input in a named MQTTError / TransportError or keep going: any other
 # exception is a crash. Prints one line: FUZZ n=... crashes=... outcomes...
 import sys
+from array import array
 import mqb_packet as P
+import mqb_packet_e2e as E
 from mqb_client import Client, MQTTError
 from mqb_transport import TransportError
 
@@ -23,7 +25,14 @@ SEEDS = (
     (P.DISCONNECT, b"\x8e\x0e\x1f\x00\x03bye\x1c\x00\x05other"),
     (P.DISCONNECT, b""),
     (P.PINGRESP, b""),
+    (E.SUBACK, b"\x00\x01\x00\x01"),
+    (E.SUBACK, b"\x00\x01\x0a\x1f\x00\x02no\x26\x00\x00\x00\x00\x87"),
+    # e2e ack PUBLISH (QoS 1): topic, packet id, Message Expiry + Topic Alias, one range
+    (P.PUBLISH, b"\x00\x0dmqbatch/f/ack\x00\x05\x08\x02\x00\x00\x0e\x10\x23\x00\x01"
+                b"\x01\x01\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00"),
+    (P.PUBLISH, b"\x00\x00\x00\x06\x03\x23\x00\x01\x01"),   # empty name + alias
 )
+_OUT = array("i", [0] * 5)
 
 
 class Rng:
@@ -100,6 +109,13 @@ def parse_one(ptype, b, c):
         r = P.parse_disconnect(b, 0, n)
     elif ptype == P.PINGRESP:
         r = 0 if n == 0 else P.E_TRAILING
+    elif ptype == E.SUBACK:
+        r = E.parse_suback(b, 0, n)
+        if r >= 0:
+            E.suback_reason(b, 0, n)
+        return r
+    elif ptype == P.PUBLISH:
+        return E.parse_publish(0x32, b, 0, n, _OUT)
     else:
         r = P.parse_ack(ptype, b, 0, n)
     if not isinstance(r, int):

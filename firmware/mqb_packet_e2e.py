@@ -1,0 +1,216 @@
+# mqb_packet_e2e: the MQTT 5.0 packets end-to-end acknowledgements need
+# (docs/e2e-ack.md): SUBSCRIBE to one topic filter, its SUBACK, an incoming
+# PUBLISH, and the batch-seq User Property of an outgoing batch PUBLISH.
+#
+# Pure serialisation like mqb_packet (whose readers and E_* results it uses):
+# builders write into caller-owned buffers, parsers return a reason code / QoS
+# (>= 0) or a negative E_* and fill a caller-owned array; nothing allocates.
+# Imported only when e2e acks are configured: a module costs heap on a board.
+# Section numbers refer to the MQTT Version 5.0 OASIS Standard.
+from micropython import const
+import mqb_packet as P
+from mqb_codec import dec_len, vbi_read, vbi_size, vbi_write, write_dec
+
+SUBACK = const(9)
+_SUBSCRIBE_FIRST = const(0x82)   # 3.8.1: SUBSCRIBE with the reserved flags 0010
+_P_PAYLOAD_FORMAT = const(0x01)
+_P_SUBSCRIPTION_ID = const(0x0B)
+_P_TOPIC_ALIAS = const(0x23)
+
+# Subscription Options (3.8.3.1)
+NO_LOCAL = const(0x04)
+RETAIN_AS_PUBLISHED = const(0x08)
+
+# Reason codes of a SUBACK (3.9.3): granted QoS 0..2 and the refusals
+SUBACK_CODES = const(b"\x00\x01\x02\x80\x83\x87\x8f\x91\x97\x9e\xa1\xa2")
+# REASON_STRING, USER_PROPERTY
+_SUBACK_PROPS = const(b"\x1f\x26")
+# Properties a server may send in a PUBLISH (3.3.2.3): Payload Format Indicator,
+# Message Expiry Interval, Content Type, Response Topic, Correlation Data,
+# Subscription Identifier, Topic Alias, User Property
+_PUBLISH_PROPS = const(b"\x01\x02\x03\x08\x09\x0b\x23\x26")
+
+# parse_publish() fills out[0..4] with:
+PUB_TOPIC = const(0)     # position of the topic name (its length is out[PUB_TOPIC_LEN])
+PUB_TOPIC_LEN = const(1)  # 0: the name is empty (a Topic Alias stands for it)
+PUB_PID = const(2)       # packet identifier (0 at QoS 0)
+PUB_ALIAS = const(3)     # Topic Alias value, -1 if absent (0 is invalid: the caller says so)
+PUB_PAYLOAD = const(4)   # position of the payload (it ends at the packet's end)
+
+
+def subscribe_packet(buf, pid, topic, options):
+    """Write a SUBSCRIBE (3.8) of one topic filter (bytes) with Subscription
+    Options `options` (QoS | NO_LOCAL | RETAIN_AS_PUBLISHED | Retain Handling << 4)
+    and no properties into buf[0:]; return its length. Allocation-free."""
+    n = len(topic)
+    if not 1 <= n <= 65535:
+        raise ValueError("topic filter must be 1..65535 bytes, got %d" % n)
+    if options & 0xC0 or options & 3 == 3 or (options >> 4) & 3 == 3:
+        raise ValueError("Subscription Options 0x%02X: reserved bits, QoS 3 or Retain Handling 3" % options)
+    if not 1 <= pid <= 65535:
+        raise ValueError("packet identifier must be 1..65535, got %d" % pid)
+    rl = 2 + 1 + 2 + n + 1    # packet id, property length 0, filter, options
+    if 1 + vbi_size(rl) + rl > len(buf):
+        raise ValueError("SUBSCRIBE of %d bytes does not fit a %d-byte buffer" % (1 + vbi_size(rl) + rl, len(buf)))
+    buf[0] = _SUBSCRIBE_FIRST
+    p = vbi_write(buf, 1, rl)
+    buf[p] = pid >> 8
+    buf[p + 1] = pid & 0xFF
+    buf[p + 2] = 0
+    buf[p + 3] = n >> 8
+    buf[p + 4] = n & 0xFF
+    p += 5
+    buf[p:p + n] = topic
+    buf[p + n] = options
+    return p + n + 1
+
+
+def _props_end(buf, pos, end):
+    """For a property length VBI at buf[pos]: the end of the block, or a negative E_*."""
+    n = vbi_read(buf, pos, end)
+    if n == -1:
+        return P.E_TRUNCATED
+    if n < 0:
+        return P.E_BAD_VALUE
+    e = pos + vbi_size(n) + n
+    return P.E_TRUNCATED if e > end else e
+
+
+def parse_suback(buf, start, end):
+    """Check the variable header and payload of a SUBACK for one topic filter
+    (buf[start:end]; its packet id is P.u16(buf, start)). Returns its reason code
+    (0..2: the QoS granted, >= 0x80: refused; P.reason_name names it) or a negative E_*."""
+    if end - start < 3:
+        return P.E_TRUNCATED
+    if P.u16(buf, start) == 0:
+        return P.E_BAD_PACKET_ID
+    pe = _props_end(buf, start + 2, end)
+    if pe < 0:
+        return pe
+    if pe >= end:
+        return P.E_TRUNCATED        # no reason code
+    if pe + 1 < end:
+        return P.E_TRAILING         # more reason codes than topic filters
+    err = P.props_check(buf, start + 2 + vbi_size(vbi_read(buf, start + 2, end)), pe, _SUBACK_PROPS)
+    if err:
+        return err
+    code = buf[pe]
+    return code if code in SUBACK_CODES else P.E_BAD_REASON
+
+
+def suback_reason(buf, start, end):
+    """The Reason String of a validated SUBACK, or None (allocates: error paths)."""
+    p = start + 2 + vbi_size(vbi_read(buf, start + 2, end))
+    return P.prop_string(buf, p, end - 1, P.P_REASON_STRING)
+
+
+def parse_publish(first, buf, start, end, out):
+    """Parse an incoming PUBLISH: `first` its fixed-header byte, buf[start:end] its
+    variable header and payload. Fills out (an array of 5 ints the caller owns,
+    indexes PUB_*) and returns the QoS (0..2), or a negative E_*: QoS 3 or DUP at
+    QoS 0 (E_BAD_FLAGS), packet id 0, a topic name with a wildcard or U+0000, an
+    empty name without a Topic Alias, a Payload Format Indicator or Subscription
+    Identifier out of range (E_BAD_VALUE), a property a server may not send.
+    The payload is buf[out[PUB_PAYLOAD]:end], not copied. Allocation-free."""
+    qos = (first >> 1) & 3
+    if qos == 3 or (qos == 0 and first & 0x08):
+        return P.E_BAD_FLAGS
+    if end - start < 2:
+        return P.E_TRUNCATED
+    tlen = P.u16(buf, start)
+    p = start + 2 + tlen
+    if p > end:
+        return P.E_TRUNCATED
+    for i in range(start + 2, p):
+        c = buf[i]
+        if c == 0x23 or c == 0x2B or c == 0:     # '#', '+', U+0000
+            return P.E_BAD_VALUE
+    pid = 0
+    if qos:
+        if p + 2 > end:
+            return P.E_TRUNCATED
+        pid = P.u16(buf, p)
+        if pid == 0:
+            return P.E_BAD_PACKET_ID
+        p += 2
+    pe = _props_end(buf, p, end)
+    if pe < 0:
+        return pe
+    q = p + vbi_size(vbi_read(buf, p, end))
+    err = P.props_check(buf, q, pe, _PUBLISH_PROPS)
+    if err:
+        return err
+    alias = -1
+    while q < pe:
+        pid_ = buf[q]
+        if pid_ == _P_TOPIC_ALIAS:
+            alias = P.u16(buf, q + 1)
+        elif pid_ == _P_PAYLOAD_FORMAT and buf[q + 1] > 1:
+            return P.E_BAD_VALUE
+        elif pid_ == _P_SUBSCRIPTION_ID and vbi_read(buf, q + 1, pe) == 0:
+            return P.E_BAD_VALUE
+        q = P.prop_end(buf, q, pe)
+    if tlen == 0 and alias < 0:
+        return P.E_BAD_VALUE             # 3.3.2.1: an empty topic name needs a Topic Alias
+    out[PUB_TOPIC] = start + 2
+    out[PUB_TOPIC_LEN] = tlen
+    out[PUB_PID] = pid
+    out[PUB_ALIAS] = alias
+    out[PUB_PAYLOAD] = pe
+    return qos
+
+
+def same(buf, pos, n, s):
+    """buf[pos:pos + n] == s, without a slice (allocation-free)."""
+    if n != len(s):
+        return False
+    for i in range(n):
+        if buf[pos + i] != s[i]:
+            return False
+    return True
+
+
+_BATCH_SEQ_KEY = const(b"\x26\x00\x09batch-seq")   # User Property id, key; + 2-byte length + value
+
+
+class BatchSeq:
+    """The User Property batch-seq = "B:F-L" (docs/e2e-ack.md section 1) of the next
+    batch PUBLISH: set() before each publish; mqb_packet writes it when
+    mqb_packet.batch_seq is this object. Allocation-free (for values < 2**30 on a
+    32-bit port: small ints)."""
+
+    MAX_LEN = 46     # the whole property at its largest: 14 + 10 + 1 + 10 + 1 + 10
+
+    def __init__(self):
+        self.boot = 0
+        self.first = 0
+        self.last = 0
+
+    def set(self, boot, first, last):
+        if not (0 <= first <= last <= 0xFFFFFFFF and 0 <= boot <= 0xFFFFFFFF):
+            raise ValueError("batch-seq %d:%d-%d: need 0 <= F <= L < 2**32" % (boot, first, last))
+        self.boot = boot
+        self.first = first
+        self.last = last
+
+    def prop_len(self, worst=False):
+        if worst:
+            return BatchSeq.MAX_LEN
+        return 16 + dec_len(self.boot) + dec_len(self.first) + dec_len(self.last)
+
+    def write(self, buf, p):
+        """Write the whole property at buf[p]; return the position after it."""
+        n = len(_BATCH_SEQ_KEY)
+        buf[p:p + n] = _BATCH_SEQ_KEY
+        p += n
+        db = dec_len(self.boot)
+        df = dec_len(self.first)
+        dl = dec_len(self.last)
+        k = db + df + dl + 2
+        buf[p] = 0
+        buf[p + 1] = k
+        p = write_dec(buf, p + 2, self.boot, db)
+        buf[p] = 0x3A     # ':'
+        p = write_dec(buf, p + 1, self.first, df)
+        buf[p] = 0x2D     # '-'
+        return write_dec(buf, p + 1, self.last, dl)
