@@ -36,6 +36,7 @@ _WAIT_PUBCOMP = const(3)
 _RESEND = const(4)         # session resumed: the application must resend it with DUP=1
 _WAIT_PUBCOMP_AGAIN = const(5)  # PUBREL resent after a resume: PUBCOMP 0x92 means already completed
 
+_SUBACK = const(9)
 _SEQ_MASK = const(0x3FFFFFFF)
 _VBI_CAPS = const((127, 16383, 2097151, 268435455))  # largest value of a 1..4-byte VBI (VBI_MAX)
 
@@ -107,6 +108,7 @@ class Client:
         self.on_ack = on_ack
         self.timeout_ms = timeout_ms
         self.connack = P.Connack()     # what the broker said at the last connect (its limits)
+        self.sub = None                # an mqb_sub.Subscriber (it sets this), or None: publish only
         self.connected = False
         # statistics
         self.connects = 0
@@ -155,7 +157,7 @@ class Client:
         Call after every connect(). Returns the budget in bytes. Raises ValueError if
         enc's headroom cannot hold that header, MQTTError 0x95 if nothing fits."""
         props = P.publish_props_len(len(str(enc.max_count)), 1 if self._alias_n else 0, expiry, content_type,
-                                    payload_format)
+                                    payload_format, True)
         vh = 2 + len(topic) + (2 if qos else 0) + vbi_size(props) + props
         if 5 + vh > enc.headroom:
             raise ValueError("encoder headroom %d < %d bytes needed for the PUBLISH header on %r"
@@ -187,8 +189,10 @@ class Client:
         timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         self._rx_state = 0
         self.transport.open()
+        sub = self.sub
         pkt = P.connect_packet(self.client_id, self.keepalive, clean_start, self.session_expiry,
-                               self.receive_max, self.max_packet_size, self.username, self.password, self.will)
+                               self.receive_max, self.max_packet_size, self.username, self.password, self.will,
+                               sub.ALIAS_MAX if sub is not None else 0)
         self._send(pkt, 0, len(pkt))
         start = time.ticks_ms()
         while not self._read_packet():
@@ -241,6 +245,8 @@ class Client:
         else:
             self._drop_session()
         self._has_session = expiry > 0
+        if sub is not None:
+            sub.connected(ca.session_present)   # SUBSCRIBE unless the session kept it
         return ca.session_present
 
     def _drop_session(self):
@@ -411,7 +417,7 @@ class Client:
         while True:
             p = self._next_pid
             self._next_pid = p % 65535 + 1
-            if self._find(p) < 0:
+            if self._find(p) < 0 and (self.sub is None or self.sub.pid != p):
                 return p
 
     def _send(self, buf, off, n):
@@ -548,6 +554,8 @@ class Client:
             self._closed()
             raise MQTTError(r, "DISCONNECT", reason, ("server reference %r" % ref) if ref else None,
                             server_reference=ref)
+        elif self.sub is not None and (t == P.PUBLISH or t == _SUBACK):
+            self.sub.handle(t, first, rx, n)
         else:
             self._fail(P.PROTOCOL_ERROR, "unexpected %s (packet byte 0x%02X) from the broker; this client "
                        "only publishes" % (P.packet_name(t), first))

@@ -1,5 +1,6 @@
-# fuzz_packet: fuzz the device's MQTT packet parsers (firmware/mqb_packet.py) and the
-# client's receive path (mqb_client.Client._read_packet/_dispatch via service()) inside
+# fuzz_packet: fuzz the device's MQTT packet parsers (firmware/mqb_packet.py, mqb_packet_e2e.py) and the
+# client's receive path (mqb_client.Client._read_packet/_dispatch via service(), with an
+# mqb_sub.Subscriber attached so SUBACK and PUBLISH reach it) inside
 # the MicroPython Unix port. Inputs: valid server packets mutated (bytes replaced,
 # flipped, inserted, deleted, truncated) and random bytes, from a seeded generator.
 #
@@ -13,6 +14,7 @@ from array import array
 import mqb_packet as P
 import mqb_packet_e2e as E
 from mqb_client import Client, MQTTError
+from mqb_sub import PENDING, Subscriber
 from mqb_transport import TransportError
 
 SEEDS = (
@@ -133,6 +135,12 @@ def main():
     r = Rng(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     tr = StreamTransport()
     client = Client(tr, b"fuzz", keepalive=0)
+    got = [0]
+
+    def on_message(topic, buf, start, end):   # reads the payload where it lies
+        got[0] += sum(buf[i] for i in range(start, end)) & 1
+
+    sub = Subscriber(client, b"mqbatch/f/ack", on_message)
     c = P.Connack()
     crashes = 0
     out = {"ok": 0, "malformed": 0, "mqtt_error": 0, "closed": 0}
@@ -157,6 +165,9 @@ def main():
         tr.pos = 0
         client.connected = True
         client._rx_state = 0
+        sub.code = PENDING        # a SUBACK for packet id 1 is awaited
+        sub.pid = 1
+        sub._alias = None
         try:
             client.service()
             client.service()
