@@ -143,10 +143,10 @@ class FakeServer:
         self.thread.join(5)
 
 
-def drive(server: FakeServer, steps, tmp_path, client=None):
+def drive(server: FakeServer, steps, tmp_path, client=None, subscribe=None):
     plan = {"transport": {"host": "127.0.0.1", "port": server.port, "plain_tcp": True, "timeout_ms": 3000},
             "client": {"client_id": "device-1", "keepalive": 30, "timeout_ms": 3000, **(client or {})},
-            "steps": steps}
+            "subscribe": subscribe, "steps": steps}
     try:
         events = run_drive(plan, tmp_path, timeout=180)
     finally:
@@ -500,16 +500,8 @@ def expect_subscribe(c: Conn) -> bytes:
 
 
 def sub_drive(server, steps, tmp_path, client=None):
-    plan = {"transport": {"host": "127.0.0.1", "port": server.port, "plain_tcp": True, "timeout_ms": 3000},
-            "client": {"client_id": "device-1", "keepalive": 30, "timeout_ms": 3000, "max_packet_size": 900,
-                       **(client or {})},
-            "subscribe": ACK_TOPIC, "steps": steps}
-    try:
-        events = run_drive(plan, tmp_path, timeout=120)
-    finally:
-        server.close()
-    assert not server.failures, (server.failures, json.dumps(events))
-    return events
+    """drive() with a subscription to ACK_TOPIC and a 900-byte receive buffer."""
+    return drive(server, steps, tmp_path, client={"max_packet_size": 900, **(client or {})}, subscribe=ACK_TOPIC)
 
 
 SERVE = ["service_for", {"ms": 1500, **C}]
