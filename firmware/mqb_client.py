@@ -87,7 +87,11 @@ class Client:
     success, >= 0x80 refused by the broker (not resent), SESSION_LOST. A PUBCOMP 0x92
     answering a PUBREL resent after a session resume is a completion (MQTT 5.0 4.3.3,
     4.9): reported as 0x00.
+    sub: an mqb_sub.Subscriber sets itself here (a class attribute until then: an
+    instance attribute more would grow every client's dict); None: publish only.
     """
+
+    sub = None
 
     def __init__(self, transport, client_id, username=None, password=None, keepalive=60,
                  session_expiry=0, receive_max=4, max_packet_size=512, alias_slots=4, will=None,
@@ -108,7 +112,6 @@ class Client:
         self.on_ack = on_ack
         self.timeout_ms = timeout_ms
         self.connack = P.Connack()     # what the broker said at the last connect (its limits)
-        self.sub = None                # an mqb_sub.Subscriber (it sets this), or None: publish only
         self.connected = False
         # statistics
         self.connects = 0
@@ -157,7 +160,7 @@ class Client:
         Call after every connect(). Returns the budget in bytes. Raises ValueError if
         enc's headroom cannot hold that header, MQTTError 0x95 if nothing fits."""
         props = P.publish_props_len(len(str(enc.max_count)), 1 if self._alias_n else 0, expiry, content_type,
-                                    payload_format, True)
+                                    payload_format)
         vh = 2 + len(topic) + (2 if qos else 0) + vbi_size(props) + props
         if 5 + vh > enc.headroom:
             raise ValueError("encoder headroom %d < %d bytes needed for the PUBLISH header on %r"
@@ -192,7 +195,7 @@ class Client:
         sub = self.sub
         pkt = P.connect_packet(self.client_id, self.keepalive, clean_start, self.session_expiry,
                                self.receive_max, self.max_packet_size, self.username, self.password, self.will,
-                               sub.ALIAS_MAX if sub is not None else 0)
+                               0 if sub is None else 1)    # Topic Alias Maximum: mqb_sub takes one
         self._send(pkt, 0, len(pkt))
         start = time.ticks_ms()
         while not self._read_packet():

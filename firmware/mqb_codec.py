@@ -77,25 +77,6 @@ class RecordTooLarge(ValueError):
     """A sub-message that can never fit in any batch of this encoder."""
 
 
-def dec_len(n):
-    """Digits in the ASCII decimal text of n >= 0 (allocation-free)."""
-    d = 1
-    while n >= 10:
-        n //= 10
-        d += 1
-    return d
-
-
-def write_dec(buf, pos, n, d):
-    """Write n >= 0 as d = dec_len(n) ASCII decimal digits at buf[pos]; return pos + d."""
-    i = pos + d - 1
-    while i >= pos:
-        buf[i] = 48 + n % 10
-        n //= 10
-        i -= 1
-    return pos + d
-
-
 class BatchEncoder:
     """Packs sub-messages into one preallocated buffer (batch-format v1).
 
@@ -186,11 +167,23 @@ class BatchEncoder:
 
     def count_digits(self):
         """Length of the decimal text of count (for the batch-size property)."""
-        return dec_len(self.count)
+        n = self.count
+        d = 1
+        while n >= 10:
+            n //= 10
+            d += 1
+        return d
 
     def write_count(self, buf, pos):
         """Write count as ASCII decimal at buf[pos]; return the position after it."""
-        return write_dec(buf, pos, self.count, dec_len(self.count))
+        d = self.count_digits()
+        n = self.count
+        i = pos + d - 1
+        while i >= pos:
+            buf[i] = 48 + n % 10
+            n //= 10
+            i -= 1
+        return pos + d
 
     def payload(self):
         """The payload as a memoryview (allocates the view: not for the hot path)."""

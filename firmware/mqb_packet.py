@@ -425,7 +425,8 @@ batch_mac = None
 BATCH_MAC_PROPERTY_LEN = 79   # len(_UP_BATCH_HMAC_KEY) + 64
 # The batch-seq User Property (docs/e2e-ack.md): None, or the
 # mqb_packet_e2e.BatchSeq that mqb_app sets when e2e acks are on (set() before
-# each publish); it writes the whole property. Module state as batch_mac is.
+# each publish; at its largest, 46 bytes, while a budget is computed): len() is
+# the property's size, write() writes it. Module state as batch_mac is.
 batch_seq = None
 
 
@@ -502,10 +503,9 @@ def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_ma
     return bytearray(bytes((CONNECT << 4,)) + _vbi(len(body)) + body)
 
 
-def publish_props_len(count_digits, alias, expiry, content_type, payload_format, worst=False):
+def publish_props_len(count_digits, alias, expiry, content_type, payload_format):
     """Property bytes of a batch PUBLISH (without the property-length VBI).
-    alias 0 = none; expiry/payload_format None = absent; content_type bytes or None.
-    worst: count batch-seq (if on) at its largest, for a budget of any later batch."""
+    alias 0 = none; expiry/payload_format None = absent; content_type bytes or None."""
     n = len(_UP_BATCH_FORMAT) + len(_UP_BATCH_SIZE_KEY) + 2 + count_digits
     if alias:
         n += 3
@@ -518,7 +518,7 @@ def publish_props_len(count_digits, alias, expiry, content_type, payload_format,
     if batch_mac is not None:
         n += len(_UP_BATCH_HMAC_KEY) + 64
     if batch_seq is not None:
-        n += batch_seq.prop_len(worst)
+        n += len(batch_seq)
     return n
 
 

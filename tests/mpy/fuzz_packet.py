@@ -14,7 +14,7 @@ from array import array
 import mqb_packet as P
 import mqb_packet_e2e as E
 from mqb_client import Client, MQTTError
-from mqb_sub import PENDING, Subscriber
+from mqb_sub import Subscriber
 from mqb_transport import TransportError
 
 SEEDS = (
@@ -27,8 +27,8 @@ SEEDS = (
     (P.DISCONNECT, b"\x8e\x0e\x1f\x00\x03bye\x1c\x00\x05other"),
     (P.DISCONNECT, b""),
     (P.PINGRESP, b""),
-    (E.SUBACK, b"\x00\x01\x00\x01"),
-    (E.SUBACK, b"\x00\x01\x0a\x1f\x00\x02no\x26\x00\x00\x00\x00\x87"),
+    (9, b"\x00\x01\x00\x01"),        # SUBACK
+    (9, b"\x00\x01\x0a\x1f\x00\x02no\x26\x00\x00\x00\x00\x87"),
     # e2e ack PUBLISH (QoS 1): topic, packet id, Message Expiry + Topic Alias, one range
     (P.PUBLISH, b"\x00\x0dmqbatch/f/ack\x00\x05\x08\x02\x00\x00\x0e\x10\x23\x00\x01"
                 b"\x01\x01\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00"),
@@ -111,10 +111,10 @@ def parse_one(ptype, b, c):
         r = P.parse_disconnect(b, 0, n)
     elif ptype == P.PINGRESP:
         r = 0 if n == 0 else P.E_TRAILING
-    elif ptype == E.SUBACK:
+    elif ptype == 9:       # SUBACK
         r = E.parse_suback(b, 0, n)
         if r >= 0:
-            E.suback_reason(b, 0, n)
+            P.prop_string(b, 3 if b[2] < 0x80 else 4, n - 1, P.P_REASON_STRING)
         return r
     elif ptype == P.PUBLISH:
         return E.parse_publish(0x32, b, 0, n, _OUT)
@@ -165,9 +165,9 @@ def main():
         tr.pos = 0
         client.connected = True
         client._rx_state = 0
-        sub.code = PENDING        # a SUBACK for packet id 1 is awaited
+        sub.code = -1             # mqb_sub's PENDING: a SUBACK for packet id 1 is awaited
         sub.pid = 1
-        sub._alias = None
+        sub._aliases = None
         try:
             client.service()
             client.service()
