@@ -4,6 +4,7 @@
 # Usage: micropython mqtt_drive.py PLAN.json
 # Plan: {"transport": {Transport kwargs}, "client": {Client kwargs, "will": {Will kwargs}},
 #        "subscribe": topic (optional: an mqb_sub.Subscriber; events "suback", "message"),
+#        "batch_seq": [boot, first, last] (optional: every PUBLISH carries batch-seq),
 #        "buf": 4096, "headroom": 96, "steps": [[name, {args}], ...]}
 # Steps: connect, budget, publish, resend, flush, service_for, drop, disconnect, sleep, mark.
 # Every exception a step raises is printed as {"event": "error", ...} and ends the
@@ -116,6 +117,11 @@ def main():
     if plan.get("subscribe"):
         from mqb_sub import Subscriber
         Subscriber(client, plan["subscribe"].encode(), on_message, on_suback)
+    if plan.get("batch_seq"):
+        import mqb_packet
+        from mqb_packet_e2e import BatchSeq
+        mqb_packet.batch_seq = BatchSeq()
+        mqb_packet.batch_seq.set(*plan["batch_seq"])
     enc = BatchEncoder(bytearray(plan.get("buf", 4096) + plan.get("headroom", 128)), headroom=plan.get("headroom", 128),
                        max_count=plan.get("max_count", 100))
     batch_no = 0
