@@ -41,6 +41,7 @@ class Acker:
 
     def __init__(self, broker, cafile):
         self.acking = True
+        self.bad_first = False       # send one malformed ack (version 2) before the first good one
         self.batches: list[tuple[str, int, int, int]] = []   # (device, B, F, L) of every batch seen
         self.records: list[tuple[str, int, int]] = []
         self.errors: list[str] = []
@@ -77,8 +78,11 @@ class Acker:
             if not self.acking:
                 return
             self.acks_sent += 1
+            bad, self.bad_first = self.bad_first, False
         p = Properties(PacketTypes.PUBLISH)
         p.MessageExpiryInterval = 3600
+        if bad:
+            client.publish(f"mqbatch/{dev}/ack", b"\x02" + struct.pack("<III", b, f, last), qos=1, properties=p)
         client.publish(f"mqbatch/{dev}/ack", b"\x01" + struct.pack("<III", b, f, last), qos=1, properties=p)
 
     def close(self):
@@ -94,16 +98,17 @@ def e2e_config(**over):
     return cfg
 
 
-def broker_for(mosquitto, creds):
-    return mosquitto(tls=True, allow_anonymous=False, users={**creds, ACKER[0]: ACKER[1]}, acl=ACL, persistence=True)
+def broker_for(mosquitto, creds, acl=ACL):
+    return mosquitto(tls=True, allow_anonymous=False, users={**creds, ACKER[0]: ACKER[1]}, acl=acl, persistence=True)
 
 
-def run_device(mosquitto, pki, tmp_path, cfg, during=None, timeout=60):
+def run_device(mosquitto, pki, tmp_path, cfg, during=None, timeout=60, acl=ACL, bad_first=False):
     """One e2e device (dev-001) against a broker with the acker: (exit codes, summary,
     stored records, console, acker). during(broker) runs while the device does."""
     creds = {"dev-001": "pw-1"}
-    broker = broker_for(mosquitto, creds)
+    broker = broker_for(mosquitto, creds, acl)
     acker = Acker(broker, pki.ca_cert)
+    acker.bad_first = bad_first
     try:
         with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize=E2E_HEAP,
                    config=cfg) as fleet:
@@ -118,13 +123,14 @@ def run_device(mosquitto, pki, tmp_path, cfg, during=None, timeout=60):
 
 
 def test_acked_batches_leave_the_outbox_end_to_end(mosquitto, pki, tmp_path):
-    codes, s, stored, console, acker = run_device(mosquitto, pki, tmp_path, e2e_config())
+    codes, s, stored, console, acker = run_device(mosquitto, pki, tmp_path, e2e_config(), bad_first=True)
     assert codes == {"dev-001": 0} and "MemoryError" not in console, console[-3000:]
     assert not acker.errors, acker.errors[:5]
     assert stored and set(acker.records) == stored             # batch-seq named exactly the records sent
     assert s["outbox_depth"] == 0 and s["acked_records"] == s["stored_records"] == s["next_seq"], s
     assert s["e2e_acked_batches"] == s["acked_batches"] == s["stored_batches"] == acker.acks_sent, s
-    assert (s["e2e_resends"], s["e2e_bad_acks"], s["e2e_sub_refused"], s["dropped_total"]) == (0, 0, 0, 0), s
+    assert (s["e2e_resends"], s["e2e_bad_acks"], s["e2e_sub_refused"], s["dropped_total"]) == (0, 1, 0, 0), s
+    assert console.count("bad e2e ack (not version 1, 13 bytes)") == 1, console[-3000:]   # the one bad ack
     assert len(acker.batches) == s["publishes"] == s["stored_batches"]    # each batch sent once
     print(f"e2e on, {E2E_HEAP} heap: peak_heap_live {s['peak_heap_live']} B, peak_heap {s['peak_heap']} B, "
           f"{len(stored)} records in {s['stored_batches']} batches acked end to end, 0 resends")
@@ -197,3 +203,20 @@ def test_broker_outage_with_e2e_acks_loses_nothing(mosquitto, pki, tmp_path):
     print(f"e2e on, {E2E_HEAP} heap, {OUTAGE_S} s outage: peak_heap_live {s['peak_heap_live']} B, peak_heap {s['peak_heap']} B, "
           f"{len(stored)} records stored and acked end to end, {s['e2e_resends']} resends, "
           f"{len(acker.records) - len(set(acker.records))} duplicate records at the acker, {s['reconnects']} reconnects")
+
+
+def test_ack_topic_not_readable_mosquitto_grants_the_subscription_and_entries_stay(mosquitto, pki, tmp_path):
+    """A broker ACL without read access to the ack topic. Mosquitto 2.0.11 (acl_file)
+    does not refuse the SUBSCRIBE: it grants QoS 1 and then delivers nothing, so the
+    device cannot fall back to "PUBACK ends the line" (that path, SUBACK >= 0x80, is in
+    tests/test_mqtt_fake_server.py and tests/mpy/mp_test_e2e.py). Nothing is lost: the
+    entries stay in the outbox and are resent; the broker ACL must grant the read
+    (docs/e2e-ack.md section 4)."""
+    acl = ACL.replace("pattern read mqbatch/%u/ack\n", "")
+    cfg = e2e_config(run_for_s=2, drain_timeout_s=4, e2e_ack={"enabled": True, "resend_after_s": 1})
+    codes, s, stored, console, acker = run_device(mosquitto, pki, tmp_path, cfg, acl=acl)
+    assert codes == {"dev-001": 1} and "MemoryError" not in console, console[-3000:]   # not drained
+    assert s["e2e_sub_refused"] == 0 and "subscription refused" not in console, s      # granted
+    assert acker.acks_sent >= s["stored_batches"] > 0                                     # acks were sent...
+    assert s["e2e_acked_batches"] == 0 and s["acked_records"] == 0, s                    # ...none arrived
+    assert s["outbox_records"] == s["stored_records"] and s["e2e_resends"] >= 1 and s["dropped_total"] == 0, s
