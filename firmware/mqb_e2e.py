@@ -17,8 +17,8 @@
 #
 # Imported by mqb_app only when e2e_ack.enabled. Heap is per function and per
 # new name (mqb_packet_e2e): the methods and attributes reuse names the firmware
-# has (find, add, ack, discard, pop; count, delay, _eid, _p, _order, _state), the
-# counters are slots of the App's count array, the constants private.
+# has (find, add, ack, discard, pop; count, values, delay, _eid, _p, _order,
+# _state), the counters are one array, the constants private.
 # Matching an ack allocates nothing (values below 2**30 on a 32-bit port).
 import time
 from array import array
@@ -46,6 +46,7 @@ def make_config(cfg, error):
     e = cfg["e2e_ack"]
     if not isinstance(e, dict):
         raise error("e2e_ack must be an object, got %r" % (e,))
+    e = cfg["e2e_ack"] = dict(e)       # the defaults below never change the caller's dict
     for k in e:
         if k != "enabled" and k != "resend_after_s":
             raise error("e2e_ack.%s: unknown setting (e2e_ack has enabled and resend_after_s)" % k)
@@ -74,8 +75,9 @@ def init(client, topic, cfg, outbox, count, log):
 
 class E2E(Subscriber):
     """The device side of e2e acks for one App (mqb_app): the subscription to
-    the ack topic of `topic` (the batch topic, its last level replaced by "ack") on client, the window, the batch-seq property
-    (self.seq, which mqb_app makes mqb_packet.batch_seq). delay: resend_after_s in
+    the ack topic of `topic` (the batch topic, its last level replaced by "ack")
+    on client, the window, the batch-seq property (self.seq, which mqb_app makes
+    mqb_packet.batch_seq). delay: resend_after_s in
     ms; outbox: the App's Outbox; count: the App's counters (an entry an ack range
     covers counts as acked there); log: the App's log. The window holds _WINDOW
     (8) entries."""
