@@ -13,7 +13,6 @@ from micropython import const
 import mqb_packet as P
 from mqb_codec import BatchEncoder, vbi_read, vbi_size, vbi_write
 
-_SUBACK = const(9)   # the packet type (mqb_sub has its own const)
 _SUBSCRIBE_FIRST = const(0x82)   # 3.8.1: SUBSCRIBE with the reserved flags 0010
 _P_PAYLOAD_FORMAT = const(0x01)
 _P_SUBSCRIPTION_ID = const(0x0B)
