@@ -35,7 +35,7 @@ def _restart(e):
     mqb_board.reset(1)
 
 
-buffers = ctx = None
+buffers = ctx = reserve = None
 try:
     import json
 
@@ -53,9 +53,14 @@ try:
         except ImportError:
             ctx = None     # a port without TLS: mqb_transport.Transport says so, with the way out
 
+    # A free run kept through the imports: they leave the heap in small holes, and App()
+    # then needs runs of up to ~1 KB (its attribute dict grows to 752 bytes, the outbox
+    # index); released just before, App() finds them here whatever the imports left.
+    reserve = bytearray(2048)
     import mqb_app
 
+    reserve = None
     mqb_app.main(buffers=buffers, ssl_context=ctx)
 except Exception as e:
-    buffers = ctx = None     # give the heap back before logging
+    buffers = ctx = reserve = None     # give the heap back before logging
     _restart(e)

@@ -73,6 +73,8 @@ def defaults():
 # as dropped on the device (health record dropped_total), never silently.
 _TRANSIENT = const(b"\x80\x83\x89\x97")   # Unspecified, Implementation specific, Server busy, Quota exceeded
 _NO_MATCHING_SUBSCRIBERS = const(0x10)
+_SUB_PENDING = const(-1)                  # mqb_sub.PENDING: a SUBSCRIBE awaits its SUBACK
+_BATCH_SEQ_ROOM = const(46)               # the batch-seq property at its largest (mqb_packet_e2e.BatchSeq)
 _USE_ANOTHER_SERVER = const(0x9C)
 _SERVER_MOVED = const(0x9D)
 
@@ -178,6 +180,13 @@ def make_config(user):
     if not 0 < cfg["sample_hz"] <= 1000:
         raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
     hmac_key(cfg)
+    if cfg.get("e2e_ack") is not None:
+        # end-to-end acks (docs/e2e-ack.md): "e2e_ack": {"enabled": bool, "resend_after_s": 30}.
+        # Its defaults and checks live in mqb_e2e: in this module they would cost heap on
+        # every device (a default's dict entry, each message). When disabled, mqb_e2e
+        # removes the key (and unloads itself): cfg["e2e_ack"] present means enabled
+        import mqb_e2e
+        mqb_e2e.make_config(cfg, ConfigError)
     return cfg
 
 
@@ -217,15 +226,20 @@ class App:
         max_bytes = fl["max_bytes"]
         key = hmac_key(cfg)
         self.mac = None
+        extra = 0
         if key is not None:
             # every batch PUBLISH carries batch-hmac (docs/format.md): 79 more header bytes
             from mqb_hmac import BatchMac   # imported only when used: a module costs heap on a board
             self.mac = BatchMac(key)
-            headroom += P.BATCH_MAC_PROPERTY_LEN
-            if buffers is not None and min(len(b) for b in buffers) - headroom < max_bytes:
-                max_bytes = min(len(b) for b in buffers) - headroom
-                log("flush.max_bytes %d lowered to %d: the batch-hmac property takes %d bytes of the batch buffers"
-                    % (fl["max_bytes"], max_bytes, P.BATCH_MAC_PROPERTY_LEN))
+            extra = P.BATCH_MAC_PROPERTY_LEN
+        e2e = cfg.get("e2e_ack")
+        if e2e is not None:
+            extra += _BATCH_SEQ_ROOM        # the batch-seq property at its largest (docs/e2e-ack.md)
+        headroom += extra
+        if extra and buffers is not None and min(len(b) for b in buffers) - headroom < max_bytes:
+            max_bytes = min(len(b) for b in buffers) - headroom
+            log("flush.max_bytes %d lowered to %d: the batch-hmac / batch-seq properties take %d bytes of the "
+                "batch buffers" % (fl["max_bytes"], max_bytes, extra))
         P.batch_mac = self.mac.hex if self.mac is not None else None
         # two buffers: one fills with samples while the other sends a stored batch
         need = headroom + max_bytes
@@ -288,6 +302,12 @@ class App:
         # _SAMPLED.. constants above (an attribute each would cost a dict slot each)
         self.count = array("i", bytes(4 * _N_COUNTS))
         self.wire_bytes = 0        # may pass 2**31 on a long run: not in the int32 array
+        P.batch_seq = None
+        if e2e is not None:
+            import mqb_e2e                  # imported only when used: a module costs heap on a board
+            # the E2E registers itself as self.client.sub: the App keeps no attribute for it
+            # (one more can grow the instance dict by ~1 KB in a 64 KB heap)
+            P.batch_seq = mqb_e2e.init(self.client, self.topic, e2e, self.outbox, self.count, log).seq
         log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
         for reason, first, end, n in self.outbox.damage:   # flash rot found on open (docs/outbox.md)
@@ -408,6 +428,8 @@ class App:
         self.count[_QOS0_PING] = 0
         for i in range(len(self._eid)):
             if self._pid[i] == 0:
+                if self.client.sub is not None and self._eid[i] >= 0:
+                    self.client.sub.discard(self._eid[i])
                 self._eid[i] = -1       # QoS 0 batches the broker did not confirm: sent again
         try:
             present = c.connect()
@@ -560,13 +582,22 @@ class App:
         return -1
 
     def _publish(self, eid, resend_pid=0):
+        """Publish the batch _load(eid) put in the send buffer (the outbox's entry_*
+        fields are still those of eid)."""
+        # (no new locals here and in _drain / _on_ack: a larger frame is allocated on the heap
+        # per call in MicroPython, which splits the free runs a 64 KB heap needs)
         c = self.client
         if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
             out = self.out
             self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
+        if c.sub is not None:          # e2e acks (mqb_e2e.E2E): batch-seq, P.batch_seq is c.sub.seq
+            out = self.outbox
+            c.sub.seq.set(out.entry_boot, out.entry_first_seq, out.entry_last_seq)
         pid = c.publish_batch(self.out, self.topic, self.qos[_QOS_PUB], resend_pid=resend_pid)
         if pid == BUSY:
             return False
+        if c.sub is not None:
+            c.sub.add(eid)
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
         for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for a PINGRESP (_drain)
@@ -594,8 +625,12 @@ class App:
 
     def _drain(self, now):
         """Send stored batches, oldest first, while Receive Maximum allows: first the
-        resends of a resumed session (the client takes nothing new before them)."""
-        c = self.client
+        resends of a resumed session (the client takes nothing new before them).
+        With e2e acks: nothing until the ack subscription is answered, then the
+        entries whose e2e ack is overdue, then new ones while the window has room."""
+        c = self.client                # c.sub: mqb_e2e.E2E with e2e acks on, else None
+        if c.sub is not None and c.sub.code == _SUB_PENDING:
+            return                       # SUBACK first: it says whether PUBACK ends the line
         if self._resend_pending:
             if not self._resend():
                 return
@@ -614,16 +649,34 @@ class App:
                 eid = self._eid[i]
                 if eid >= 0:
                     self._eid[i] = -1
+                    if c.sub is not None and c.sub.ack(eid):
+                        continue         # read by the broker: now awaits its e2e ack
                     n = self.outbox.records(eid)
                     if self.outbox.ack(eid) == 0:
                         self.count[_QOS0_BATCHES] += 1
                         self.count[_QOS0_RECORDS] += n
         sent = 0
+        if c.sub is not None:
+            # e2e acks overdue: a new PUBLISH of the same entry (DUP 0), counted
+            while c.connected and (self._in_flight(-1) if qos0 else c.inflight < c.limit):
+                eid = c.sub.pop(now)
+                if eid < 0:
+                    break
+                if self._load(eid) < 0:
+                    c.sub.discard(eid)   # gone, corrupt or re-stored split
+                    continue
+                if not self._publish(eid):
+                    c.sub.ack(eid)       # BUSY: wait again (cannot happen below the limit)
+                    break
+                c.sub.values[0] += 1     # e2e_resends
+                sent += 1
         while c.connected and (self._in_flight(-1) if qos0 else c.inflight < c.limit):
+            if c.sub is not None and c.sub.find(-1) < 0:
+                break                    # the window is full: new batches wait in the outbox
             if not self.outbox.peek(self._ids, 1, self.cursor):
                 break
             eid = self._ids[0]
-            if self._in_flight(eid):
+            if self._in_flight(eid) or c.sub is not None and c.sub.find(eid) >= 0:
                 self.cursor = eid
                 continue
             if self._load(eid) < 0:
@@ -643,6 +696,9 @@ class App:
             return
         eid = self._eid[i]
         self._eid[i] = -1
+        if self.client.sub is not None and (code >= 0x80 or code == SESSION_LOST or
+                                            code == _NO_MATCHING_SUBSCRIBERS and self.require_subscribers):
+            self.client.sub.discard(eid)    # not delivered: sent again (or discarded) as without e2e acks
         if code == SESSION_LOST:
             self.cursor = -1        # the broker forgot it: send it again
             return
@@ -656,6 +712,8 @@ class App:
         if code < 0x80:
             self.backoff_n = 0          # the link carries data: reconnect promptly next time
             self.hold_n = 0
+            if self.client.sub is not None and self.client.sub.ack(eid):
+                return                  # it stays, awaiting its e2e ack (mqb_e2e)
             n = self.outbox.records(eid)
             if self.outbox.ack(eid) == 0:
                 self.count[_ACKED_BATCHES] += 1
@@ -768,7 +826,7 @@ class App:
 
     def summary(self):
         c = self.count
-        return {"device": self.device_id, "boot": self.boot, "sampled": c[_SAMPLED],
+        s = {"device": self.device_id, "boot": self.boot, "sampled": c[_SAMPLED],
                 "stored_records": c[_STORED_RECORDS], "stored_batches": c[_STORED_BATCHES],
                 "acked_records": c[_ACKED_RECORDS], "acked_batches": c[_ACKED_BATCHES],
                 "refused_batches": c[_REFUSED_BATCHES], "no_subscribers": c[_UNHEARD], "publishes": c[_PUBLISHES],
@@ -779,6 +837,9 @@ class App:
                 "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
                 "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,
                 "drained": self.idle()}
+        if self.client.sub is not None:
+            self.client.sub.summary(s)       # the e2e counters (mqb_e2e)
+        return s
 
 
 def log(msg):

@@ -36,6 +36,7 @@ _WAIT_PUBCOMP = const(3)
 _RESEND = const(4)         # session resumed: the application must resend it with DUP=1
 _WAIT_PUBCOMP_AGAIN = const(5)  # PUBREL resent after a resume: PUBCOMP 0x92 means already completed
 
+_SUBACK = const(9)
 _SEQ_MASK = const(0x3FFFFFFF)
 _VBI_CAPS = const((127, 16383, 2097151, 268435455))  # largest value of a 1..4-byte VBI (VBI_MAX)
 
@@ -86,7 +87,11 @@ class Client:
     success, >= 0x80 refused by the broker (not resent), SESSION_LOST. A PUBCOMP 0x92
     answering a PUBREL resent after a session resume is a completion (MQTT 5.0 4.3.3,
     4.9): reported as 0x00.
+    sub: an mqb_sub.Subscriber sets itself here (a class attribute until then: an
+    instance attribute more would grow every client's dict); None: publish only.
     """
+
+    sub = None
 
     def __init__(self, transport, client_id, username=None, password=None, keepalive=60,
                  session_expiry=0, receive_max=4, max_packet_size=512, alias_slots=4, will=None,
@@ -187,8 +192,10 @@ class Client:
         timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         self._rx_state = 0
         self.transport.open()
+        sub = self.sub
         pkt = P.connect_packet(self.client_id, self.keepalive, clean_start, self.session_expiry,
-                               self.receive_max, self.max_packet_size, self.username, self.password, self.will)
+                               self.receive_max, self.max_packet_size, self.username, self.password, self.will,
+                               0 if sub is None else 1)    # Topic Alias Maximum: mqb_sub takes one
         self._send(pkt, 0, len(pkt))
         start = time.ticks_ms()
         while not self._read_packet():
@@ -241,6 +248,8 @@ class Client:
         else:
             self._drop_session()
         self._has_session = expiry > 0
+        if sub is not None:
+            sub.connected(ca.session_present)   # SUBSCRIBE unless the session kept it
         return ca.session_present
 
     def _drop_session(self):
@@ -411,7 +420,7 @@ class Client:
         while True:
             p = self._next_pid
             self._next_pid = p % 65535 + 1
-            if self._find(p) < 0:
+            if self._find(p) < 0 and (self.sub is None or self.sub.pid != p):
                 return p
 
     def _send(self, buf, off, n):
@@ -548,6 +557,8 @@ class Client:
             self._closed()
             raise MQTTError(r, "DISCONNECT", reason, ("server reference %r" % ref) if ref else None,
                             server_reference=ref)
+        elif self.sub is not None and (t == P.PUBLISH or t == _SUBACK):
+            self.sub.handle(t, first, rx, n)
         else:
             self._fail(P.PROTOCOL_ERROR, "unexpected %s (packet byte 0x%02X) from the broker; this client "
                        "only publishes" % (P.packet_name(t), first))

@@ -99,10 +99,10 @@ _SERVER_MOVED = const(0x9D)
 
 # Every reason code of MQTT 5.0 and its name, as two compact constants (a dict of
 # strings would cost ~3.6 KB of RAM on a board that loads this module as .mpy).
-_REASON_CODES = const(b"\x00\x04\x10\x80\x81\x82\x83\x84\x85\x86\x87\x88\x89\x8a\x8b\x8c"
+_REASON_CODES = const(b"\x00\x01\x02\x04\x10\x80\x81\x82\x83\x84\x85\x86\x87\x88\x89\x8a\x8b\x8c"
                       b"\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96\x97\x98\x99\x9a\x9b\x9c"
                       b"\x9d\x9e\x9f\xa0\xa1\xa2")
-_REASON_TEXT = const("Success|Disconnect with Will Message|No matching subscribers|Unspecified error|Malformed Packet|"
+_REASON_TEXT = const("Success|Granted QoS 1|Granted QoS 2|Disconnect with Will Message|No matching subscribers|Unspecified error|Malformed Packet|"
                      "Protocol Error|Implementation specific error|Unsupported Protocol Version|"
                      "Client Identifier not valid|Bad User Name or Password|Not authorized|Server unavailable|"
                      "Server busy|Banned|Server shutting down|Bad authentication method|Keep Alive timeout|"
@@ -180,7 +180,7 @@ def string_at(buf, pos):
         return repr(bytes(buf[pos + 2:pos + 2 + n]))
 
 
-def _prop_end(buf, pos, end):
+def prop_end(buf, pos, end):
     """Position after the property at buf[pos] (its id byte), or a negative E_*."""
     pid = buf[pos]
     if pid >= len(_PTYPE) or _PTYPE[pid] == 0:
@@ -212,26 +212,28 @@ def _prop_end(buf, pos, end):
 def props_check(buf, pos, end, allowed):
     """Validate the property block buf[pos:end] (after its length VBI): known ids
     that `allowed` (bytes of ids) lists, complete values, each at most once except
-    User Property. Returns 0 or a negative E_*. Allocates only if there are 2+ properties."""
-    seen = None
-    first = -1
+    User Property and Subscription Identifier. Returns 0 or a negative E_*.
+    Allocation-free: the ids seen are two small-int bit masks."""
+    lo = 0   # ids 0x00..0x17
+    hi = 0   # ids 0x18..0x2A
     while pos < end:
         pid = buf[pos]
         if pid not in allowed:
             return E_BAD_PROPERTY
-        q = _prop_end(buf, pos, end)
+        q = prop_end(buf, pos, end)
         if q < 0:
             return q
-        if pid != P_USER_PROPERTY:
-            if first < 0:
-                first = pid
-            else:
-                if seen is None:
-                    seen = bytearray(len(_PTYPE))
-                    seen[first] = 1
-                if seen[pid] or pid == first:
+        if pid != P_USER_PROPERTY and pid != _P_SUBSCRIPTION_ID:
+            if pid < 24:
+                bit = 1 << pid
+                if lo & bit:
                     return E_DUP_PROPERTY
-                seen[pid] = 1
+                lo |= bit
+            else:
+                bit = 1 << (pid - 24)
+                if hi & bit:
+                    return E_DUP_PROPERTY
+                hi |= bit
         pos = q
     return 0
 
@@ -241,7 +243,7 @@ def props_find(buf, pos, end, pid):
     while pos < end:
         if buf[pos] == pid:
             return pos + 1
-        pos = _prop_end(buf, pos, end)
+        pos = prop_end(buf, pos, end)
     return -1
 
 
@@ -350,7 +352,7 @@ def parse_connack(buf, start, end, out):
             if _CONNACK_ATTR_IDS[i] == pid:
                 setattr(out, _CONNACK_ATTR_NAMES[i], val)
                 break
-        p = _prop_end(buf, p, end)
+        p = prop_end(buf, p, end)
     if out.receive_max == 0 or out.max_packet_size == 0:
         return E_BAD_VALUE
     return code
@@ -421,6 +423,11 @@ _UP_BATCH_HMAC_KEY = const(b"\x26\x00\x0abatch-hmac\x00\x40")  # + 64 hex digits
 # Maximum Packet Size check) counts it without a change to its calls.
 batch_mac = None
 BATCH_MAC_PROPERTY_LEN = 79   # len(_UP_BATCH_HMAC_KEY) + 64
+# The batch-seq User Property (docs/e2e-ack.md): None, or the
+# mqb_packet_e2e.BatchSeq that mqb_app sets when e2e acks are on (set() before
+# each publish; at its largest, 46 bytes, while a budget is computed): len() is
+# the property's size, write() writes it. Module state as batch_mac is.
+batch_seq = None
 
 
 def _vbi(n):
@@ -464,10 +471,11 @@ class Will:
 
 
 def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_max, max_packet_size,
-                   username=None, password=None, will=None):
+                   username=None, password=None, will=None, topic_alias_max=0):
     """A complete CONNECT packet (3.1) as a new bytearray (connects are rare: this allocates).
-    client_id/username/password are bytes. Topic Alias Maximum is sent as 0: this
-    client accepts no aliases from the server."""
+    client_id/username/password are bytes. max_packet_size: the client's receive
+    buffer. topic_alias_max: topic aliases the server may use in PUBLISHes to this
+    client (0: none; a publish-only client receives no PUBLISH)."""
     if not 0 <= keepalive <= 65535:
         raise ValueError("keep alive must be 0..65535 s, got %d" % keepalive)
     if not 1 <= receive_max <= 65535:
@@ -478,7 +486,9 @@ def connect_packet(client_id, keepalive, clean_start, session_expiry, receive_ma
         props += b"\x11" + session_expiry.to_bytes(4, "big")
     if receive_max != 65535:
         props += b"\x21" + receive_max.to_bytes(2, "big")
-    props += b"\x27" + max_packet_size.to_bytes(4, "big") + b"\x22\x00\x00"
+    if not 0 <= topic_alias_max <= 65535:
+        raise ValueError("Topic Alias Maximum must be 0..65535, got %d" % topic_alias_max)
+    props += b"\x27" + max_packet_size.to_bytes(4, "big") + b"\x22" + topic_alias_max.to_bytes(2, "big")
     tail = _str(client_id)
     if will is not None:
         flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
@@ -507,6 +517,8 @@ def publish_props_len(count_digits, alias, expiry, content_type, payload_format)
         n += 2
     if batch_mac is not None:
         n += len(_UP_BATCH_HMAC_KEY) + 64
+    if batch_seq is not None:
+        n += len(batch_seq)
     return n
 
 
@@ -581,6 +593,8 @@ def write_publish_header(buf, end, flags, topic, topic_len, pid, alias, expiry, 
         buf[p:p + n] = _UP_BATCH_HMAC_KEY
         buf[p + n:p + n + 64] = batch_mac
         p += n + 64
+    if batch_seq is not None:
+        p = batch_seq.write(buf, p)
     if p != end:
         raise ValueError("PUBLISH header size mismatch: wrote to %d, expected %d" % (p, end))
     return start

@@ -72,6 +72,8 @@ def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki
     formats = {records.parse(x).format for m in msgs if m.topic.endswith("/telemetry")
                for x in codec.decode(m.user_properties, m.payload).messages}
     assert formats == {record_format}
+    # e2e acks off (no e2e_ack in the config): no batch-seq property (docs/e2e-ack.md)
+    assert not [k for m in msgs for k, _ in m.user_properties if k == "batch-seq"]
     assert stored and got == stored            # every stored record arrived, nothing else
     assert dups == []                          # an undisturbed run sends each batch once
     for dev in creds:

@@ -403,3 +403,41 @@ def test_broker_restart_resumes_persistent_session(mosquitto, tmp_path):
     assert err["step"] == "service_for" and err["type"] in ("TransportError", "MQTTError"), err
     assert [c["session_present"] for c in of(ev, "connack")] == [False, True, True]
     assert [a["code"] for a in of(ev, "ack")] == [0x10, 0x10]  # no subscriber: "No matching subscribers"
+
+
+def test_device_subscribes_to_its_ack_topic_and_receives_paho_publishes(mosquitto, wiretap, tmp_path):
+    """firmware/mqb_sub.py against Mosquitto: SUBSCRIBE granted QoS 1, then what a paho
+    client publishes to the ack topic (QoS 1 and 0) reaches the device's callback and
+    the QoS 1 one is PUBACKed with its packet id (seen on the wire)."""
+    b = mosquitto()
+    tap = wiretap(b)
+    ack_topic = "mqbatch/device-1/ack"
+    payloads = [b"\x01" + struct.pack("<III", 3, 0, 99), b"\x01" + struct.pack("<III", 3, 100, 199)]
+    acker = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="acker", protocol=mqtt.MQTTv5)
+    acker.connect(b.host, b.port)
+    acker.loop_start()
+    sent = []
+
+    def on_event(ev):
+        if ev["event"] == "suback":
+            sent.append(acker.publish(ack_topic, payloads[0], qos=1))
+            sent.append(acker.publish(ack_topic, payloads[1], qos=0))
+
+    try:
+        ev = run_drive(plan(tap.host, tap.port, [["connect", {}], ["service_for", {"ms": 2500}], ["disconnect", {}]],
+                            client={"max_packet_size": 900, "session_expiry": 0}, subscribe=ack_topic),
+                       tmp_path, on_event=on_event)
+        for info in sent:
+            info.wait_for_publish(5)
+    finally:
+        acker.loop_stop()
+        acker.disconnect()
+    assert not errors(ev), ev
+    assert [e["code"] for e in of(ev, "suback")] == [1]
+    got = [(m["topic"], bytes.fromhex(m["payload"])) for m in of(ev, "message")]
+    assert got == [(ack_topic, payloads[0]), (ack_topic, payloads[1])], got
+    s2c = [f for f in tap.packets(PUBLISH, "s2c")]
+    assert [f.publish_fields()["qos"] for f in s2c] == [1, 0]
+    assert [f.type for f in tap.packets(direction="c2s")] == [1, 8, PUBACK, 14]   # CONNECT SUBSCRIBE PUBACK DISCONNECT
+    (puback,) = tap.packets(PUBACK, "c2s")
+    assert puback.raw[2:4] == s2c[0].publish_fields()["pid"].to_bytes(2, "big")

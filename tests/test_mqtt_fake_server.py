@@ -143,10 +143,10 @@ class FakeServer:
         self.thread.join(5)
 
 
-def drive(server: FakeServer, steps, tmp_path, client=None):
+def drive(server: FakeServer, steps, tmp_path, client=None, subscribe=None):
     plan = {"transport": {"host": "127.0.0.1", "port": server.port, "plain_tcp": True, "timeout_ms": 3000},
             "client": {"client_id": "device-1", "keepalive": 30, "timeout_ms": 3000, **(client or {})},
-            "steps": steps}
+            "subscribe": subscribe, "steps": steps}
     try:
         events = run_drive(plan, tmp_path, timeout=180)
     finally:
@@ -472,3 +472,149 @@ def test_qos2_pubcomp_0x92_after_resent_pubrel_is_completion(tmp_path):
     assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
     last = of(ev, "flushed")[-1]
     assert (last["inflight"], last["acked"], last["refused"]) == (0, 2, 0)
+
+
+# -- a subscription (firmware/mqb_sub.py: the e2e ack topic, docs/e2e-ack.md) -------------------------
+
+ACK_TOPIC = "mqbatch/device-1/ack"
+
+
+def publish_in(qos: int, topic: str, payload: bytes, pid: int = 0, alias: int | None = None, dup=False) -> bytes:
+    """A PUBLISH the server sends the client (Message Expiry 3600, optional Topic Alias)."""
+    p = b"\x02\x00\x00\x0e\x10" + (b"\x23" + alias.to_bytes(2, "big") if alias is not None else b"")
+    body = len(topic.encode()).to_bytes(2, "big") + topic.encode() + (pid.to_bytes(2, "big") if qos else b"")
+    return packet(0x30 | (qos << 1) | (0x08 if dup else 0), body + props(p) + payload)
+
+
+def suback(pid: bytes, code: int, reason: str | None = None) -> bytes:
+    return packet(0x90, pid + props(*([string(0x1F, reason)] if reason else [])) + bytes([code]))
+
+
+def expect_subscribe(c: Conn) -> bytes:
+    """Read the SUBSCRIBE; check it byte by byte; return its packet id."""
+    first, body = c.read()
+    assert first == 0x82, hex(first)
+    t = ACK_TOPIC.encode()
+    assert body[2:] == b"\x00" + len(t).to_bytes(2, "big") + t + b"\x05", body  # no props, QoS 1 + No Local
+    return body[:2]
+
+
+def sub_drive(server, steps, tmp_path, client=None):
+    """drive() with a subscription to ACK_TOPIC and a 900-byte receive buffer."""
+    return drive(server, steps, tmp_path, client={"max_packet_size": 900, **(client or {})}, subscribe=ACK_TOPIC)
+
+
+SERVE = ["service_for", {"ms": 1500, **C}]
+
+
+def test_subscribe_suback_and_incoming_publish_with_topic_alias(tmp_path):
+    """CONNECT advertises Topic Alias Maximum 1 and the receive buffer as Maximum Packet
+    Size; SUBSCRIBE follows CONNACK; PUBLISHes at QoS 1 (PUBACKed with their packet id)
+    and QoS 0, by name, setting alias 1, then by alias alone, reach the callback."""
+    seen = {}
+
+    def run(c: Conn):
+        connect = c.expect(1)
+        seen["connect"] = connect
+        c.send(CONNACK_OK)
+        pid = expect_subscribe(c)
+        c.send(suback(pid, 0x01))
+        c.send(publish_in(1, ACK_TOPIC, b"\x01" + bytes(12), pid=0x4242))
+        assert c.expect(4) == b"\x42\x42"                      # PUBACK, reason Success (short form)
+        c.send(publish_in(1, ACK_TOPIC, b"two", pid=7, alias=1, dup=True))
+        assert c.expect(4) == b"\x00\x07"
+        c.send(publish_in(0, "", b"three", alias=1))           # the alias alone
+        c.send(publish_in(1, "mqbatch/device-1/other", b"four", pid=8))
+        assert c.expect(4) == b"\x00\x08"
+
+    ev = sub_drive(FakeServer([run]), [["connect", C], SERVE, ["disconnect", C]], tmp_path)
+    assert not of(ev, "error"), ev
+    assert [(e["code"], e["reason"]) for e in of(ev, "suback")] == [(1, None)]
+    assert [(m["topic"], bytes.fromhex(m["payload"])) for m in of(ev, "message")] == [
+        (ACK_TOPIC, b"\x01" + bytes(12)), (ACK_TOPIC, b"two"), (ACK_TOPIC, b"three"),
+        ("mqbatch/device-1/other", b"four")]
+    connect = seen["connect"]
+    assert b"\x27\x00\x00\x03\x84" in connect and b"\x22\x00\x01" in connect   # Max Packet Size 900, alias max 1
+
+
+def test_refused_subscription_is_reported_and_the_link_stays(tmp_path):
+    def run(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        c.send(suback(expect_subscribe(c), 0x87, "no ack topic for you"))
+        pid = pid_of(c.expect(3))                              # the client still publishes
+        assert pid == b"\x00\x02"                               # 1 went to the SUBSCRIBE
+        c.send(packet(0x40, pid))
+
+    ev = sub_drive(FakeServer([run]), [["connect", C], SERVE, PUB, FLUSH, ["disconnect", C]], tmp_path)
+    assert not of(ev, "error"), ev
+    assert [(e["code"], e["reason"]) for e in of(ev, "suback")] == [(0x87, "no ack topic for you")]
+    assert [e["code"] for e in of(ev, "ack")] == [0]
+
+
+def test_resumed_session_does_not_subscribe_again(tmp_path):
+    def first(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        c.send(suback(expect_subscribe(c), 0x01))
+
+    def resumed(c: Conn):
+        c.expect(1)
+        c.send(b"\x20\x03\x01\x00\x00")                        # Session Present
+        c.send(publish_in(1, ACK_TOPIC, b"queued", pid=3))
+        assert c.expect(4) == b"\x00\x03"                      # a PUBACK, no SUBSCRIBE before it
+
+    def new_session(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        c.send(suback(expect_subscribe(c), 0x00))             # QoS 0 granted is accepted
+
+    steps = [["connect", C], SERVE, ["drop", {}], ["connect", C], SERVE, ["drop", {}],
+             ["connect", {"clean_start": True, **C}], SERVE, ["disconnect", C]]
+    ev = sub_drive(FakeServer([first, resumed, new_session]), steps, tmp_path, client={"session_expiry": 600})
+    assert not of(ev, "error"), ev
+    assert [e["session_present"] for e in of(ev, "connack")] == [False, True, False]
+    assert [e["code"] for e in of(ev, "suback")] == [1, 0]
+    assert [bytes.fromhex(m["payload"]) for m in of(ev, "message")] == [b"queued"]
+
+
+def _violation(*sends: bytes, suback_code=0x01, wrong_pid=False):
+    def run(c: Conn):
+        c.expect(1)
+        c.send(CONNACK_OK)
+        pid = expect_subscribe(c)
+        c.send(suback(b"\x7f\x7f" if wrong_pid else pid, suback_code))
+        for s in sends:
+            c.send(s)
+    return run
+
+
+SUB_CASES = [
+    ("alias-above-maximum", _violation(publish_in(1, ACK_TOPIC, b"x", pid=1, alias=2)), 0x94, "Topic Alias Maximum is 1"),
+    ("alias-zero", _violation(publish_in(0, ACK_TOPIC, b"x", alias=0)), 0x94, "Topic Alias 0"),
+    ("alias-unknown", _violation(publish_in(0, "", b"x", alias=1)), 0x94, "never set on this connection"),
+    ("publish-qos2", _violation(publish_in(2, ACK_TOPIC, b"x", pid=1)), 0x82, "QoS 2 on a QoS 1 subscription"),
+    ("publish-qos3", _violation(packet(0x36, b"\x00\x01a\x00\x01\x00")), 0x81, "reserved flags"),
+    ("publish-wildcard-topic", _violation(publish_in(0, "a/+", b"x")), 0x81, "not allowed by the specification"),
+    ("publish-bad-property", _violation(packet(0x30, b"\x00\x01a\x03\x21\x00\x01")), 0x81, "not allowed in this"),
+    ("suback-wrong-pid", _violation(wrong_pid=True), 0x82, "not waiting for it"),
+    ("suback-granted-qos2", _violation(suback_code=0x02), 0x82, "granted QoS 2"),
+    ("suback-bad-code", _violation(suback_code=0x05), 0x81, "reason code not defined"),
+    ("suback-twice", _violation(suback(b"\x00\x01", 0x01)), 0x82, "not waiting for it"),
+]
+
+
+@pytest.mark.parametrize("name, scenario, code, text", SUB_CASES, ids=[c[0] for c in SUB_CASES])
+def test_subscription_protocol_violations_end_the_link(name, scenario, code, text, tmp_path):
+    server = FakeServer([scenario])
+    ev = sub_drive(server, [["connect", C], ["service_for", {"ms": 3000}]], tmp_path)
+    (err,) = of(ev, "error")
+    assert (err["code"], err["local"]) == (code, True) and text in err["message"], err
+    assert server.conns[0].received[-1] == (0xE0, bytes([code]))  # DISCONNECT with that reason
+
+
+def test_publish_without_a_subscription_is_still_a_protocol_error(tmp_path):
+    server = FakeServer([ok_then(publish_in(1, ACK_TOPIC, b"x", pid=1))])
+    ev = drive(server, [["connect", C], ["service_for", {"ms": 3000}]], tmp_path)
+    (err,) = of(ev, "error")
+    assert err["code"] == 0x82 and "only publishes" in err["message"], err

@@ -31,17 +31,21 @@ def _transport(broker, pki, tls):
     return t
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
-def test_steady_state_publish_allocates_nothing(tls, mosquitto, subscriber, pki, tmp_path):
+@pytest.mark.parametrize("tls, e2e", [(False, False), (True, False), (True, True)], ids=["tcp", "tls", "tls-e2e"])
+def test_steady_state_publish_allocates_nothing(tls, e2e, mosquitto, subscriber, pki, tmp_path):
+    """e2e: with the ack subscription (mqb_sub) and batch-seq on every PUBLISH (mqb_packet_e2e)."""
     b = mosquitto(tls=tls)
     subscriber(b, "mqbatch/#", qos=1)  # a subscriber, so QoS 1 is acknowledged with 0x00
     plan = {"transport": _transport(b, pki, tls), "client": {"client_id": "device-1", "keepalive": 60},
-            "steps": [["connect", {}], ["alloc", {"topic": TOPIC, "qos": 0, "n": 300}],
+            "steps": [["connect", {}], ["service_for", {"ms": 300}], ["alloc", {"topic": TOPIC, "qos": 0, "n": 300}],
                       ["alloc", {"topic": TOPIC, "qos": 1, "n": 300}], ["disconnect", {}]]}
+    if e2e:
+        plan.update(subscribe="mqbatch/device-1/ack", batch_seq=[3, 1000, 1099])
     ev = run_drive(plan, tmp_path)
     assert not of(ev, "error"), ev
+    assert [e["code"] for e in of(ev, "suback")] == ([1] if e2e else [])
     for a in of(ev, "alloc"):
-        print(f"{'TLS' if tls else 'TCP'} QoS {a['qos']}: {a['bytes']} bytes allocated over {a['n']} publishes "
+        print(f"{'TLS' if tls else 'TCP'}{' e2e' if e2e else ''} QoS {a['qos']}: {a['bytes']} bytes allocated over {a['n']} publishes "
               f"of {a['size']} bytes (gc disabled); {a['locked_publishes']} more under heap_lock")
         assert a["bytes"] == 0, a
         assert a["locked_publishes"] == a["n"]

@@ -1,5 +1,6 @@
-# fuzz_packet: fuzz the device's MQTT packet parsers (firmware/mqb_packet.py) and the
-# client's receive path (mqb_client.Client._read_packet/_dispatch via service()) inside
+# fuzz_packet: fuzz the device's MQTT packet parsers (firmware/mqb_packet.py, mqb_packet_e2e.py) and the
+# client's receive path (mqb_client.Client._read_packet/_dispatch via service(), with an
+# mqb_sub.Subscriber attached so SUBACK and PUBLISH reach it) inside
 # the MicroPython Unix port. Inputs: valid server packets mutated (bytes replaced,
 # flipped, inserted, deleted, truncated) and random bytes, from a seeded generator.
 #
@@ -9,8 +10,11 @@
 # must end every input in a named MQTTError / TransportError or keep going: any other
 # exception is a crash. Prints one line: FUZZ n=... crashes=... outcomes...
 import sys
+from array import array
 import mqb_packet as P
+import mqb_packet_e2e as E
 from mqb_client import Client, MQTTError
+from mqb_sub import Subscriber
 from mqb_transport import TransportError
 
 SEEDS = (
@@ -23,7 +27,14 @@ SEEDS = (
     (P.DISCONNECT, b"\x8e\x0e\x1f\x00\x03bye\x1c\x00\x05other"),
     (P.DISCONNECT, b""),
     (P.PINGRESP, b""),
+    (9, b"\x00\x01\x00\x01"),        # SUBACK
+    (9, b"\x00\x01\x0a\x1f\x00\x02no\x26\x00\x00\x00\x00\x87"),
+    # e2e ack PUBLISH (QoS 1): topic, packet id, Message Expiry + Topic Alias, one range
+    (P.PUBLISH, b"\x00\x0dmqbatch/f/ack\x00\x05\x08\x02\x00\x00\x0e\x10\x23\x00\x01"
+                b"\x01\x01\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00"),
+    (P.PUBLISH, b"\x00\x00\x00\x06\x03\x23\x00\x01\x01"),   # empty name + alias
 )
+_OUT = array("i", [0] * 5)
 
 
 class Rng:
@@ -100,6 +111,13 @@ def parse_one(ptype, b, c):
         r = P.parse_disconnect(b, 0, n)
     elif ptype == P.PINGRESP:
         r = 0 if n == 0 else P.E_TRAILING
+    elif ptype == 9:       # SUBACK
+        r = E.parse_suback(b, 0, n)
+        if r >= 0:
+            P.prop_string(b, 3 if b[2] < 0x80 else 4, n - 1, P.P_REASON_STRING)
+        return r
+    elif ptype == P.PUBLISH:
+        return E.parse_publish(0x32, b, 0, n, _OUT)
     else:
         r = P.parse_ack(ptype, b, 0, n)
     if not isinstance(r, int):
@@ -117,6 +135,12 @@ def main():
     r = Rng(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     tr = StreamTransport()
     client = Client(tr, b"fuzz", keepalive=0)
+    got = [0]
+
+    def on_message(topic, buf, start, end):   # reads the payload where it lies
+        got[0] += sum(buf[i] for i in range(start, end)) & 1
+
+    sub = Subscriber(client, b"mqbatch/f/ack", on_message)
     c = P.Connack()
     crashes = 0
     out = {"ok": 0, "malformed": 0, "mqtt_error": 0, "closed": 0}
@@ -141,6 +165,9 @@ def main():
         tr.pos = 0
         client.connected = True
         client._rx_state = 0
+        sub.code = -1             # mqb_sub's PENDING: a SUBACK for packet id 1 is awaited
+        sub.pid = 1
+        sub._aliases = None
         try:
             client.service()
             client.service()

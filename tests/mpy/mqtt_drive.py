@@ -3,6 +3,8 @@
 #
 # Usage: micropython mqtt_drive.py PLAN.json
 # Plan: {"transport": {Transport kwargs}, "client": {Client kwargs, "will": {Will kwargs}},
+#        "subscribe": topic (optional: an mqb_sub.Subscriber; events "suback", "message"),
+#        "batch_seq": [boot, first, last] (optional: every PUBLISH carries batch-seq),
 #        "buf": 4096, "headroom": 96, "steps": [[name, {args}], ...]}
 # Steps: connect, budget, publish, resend, flush, service_for, drop, disconnect, sleep, mark.
 # Every exception a step raises is printed as {"event": "error", ...} and ends the
@@ -27,6 +29,14 @@ def emit(**kw):
 
 def on_ack(pid, code, reason):
     emit(event="ack", pid=pid, code=code, reason=reason)
+
+
+def on_message(topic, buf, start, end):
+    emit(event="message", topic=topic.decode(), payload=bytes(buf[start:end]).hex())
+
+
+def on_suback(code, reason):
+    emit(event="suback", code=code, reason=reason)
 
 
 def fill(enc, batch, records, size, fill_byte=None):
@@ -104,6 +114,14 @@ def main():
         ckw["will"] = Will(**ckw["will"])
     ckw["on_ack"] = on_ack
     client = Client(tr, **ckw)
+    if plan.get("subscribe"):
+        from mqb_sub import Subscriber
+        Subscriber(client, plan["subscribe"].encode(), on_message, on_suback)
+    if plan.get("batch_seq"):
+        import mqb_packet
+        from mqb_packet_e2e import BatchSeq
+        mqb_packet.batch_seq = BatchSeq()
+        mqb_packet.batch_seq.set(*plan["batch_seq"])
     enc = BatchEncoder(bytearray(plan.get("buf", 4096) + plan.get("headroom", 128)), headroom=plan.get("headroom", 128),
                        max_count=plan.get("max_count", 100))
     batch_no = 0
@@ -125,7 +143,8 @@ def main():
                      retain_available=ca.retain_available, max_packet_size=ca.max_packet_size,
                      topic_alias_max=ca.topic_alias_max, assigned_client_id=ca.assigned_client_id,
                      server_keep_alive=ca.server_keep_alive, limit=client.limit, nodelay_error=tr.nodelay_error,
-                     pending_resend=client.pending_resend(), client_id=client.client_id.decode())
+                     pending_resend=client.pending_resend(), client_id=client.client_id.decode(),
+                     sub_code=client.sub.code if client.sub else None)
             elif name == "budget":
                 n = client.apply_budget(enc, _b(args["topic"]), args.get("qos", 1))
                 emit(event="budget", payload=n, limit=enc.limit)

@@ -62,6 +62,21 @@ def payload(seed, n):
     return bytes(b)
 
 
+def assert_no_alloc(fn, n=2000, locked=500):
+    """fn(i) allocates nothing: 0 bytes over n calls with the GC disabled, then
+    `locked` calls under micropython.heap_lock() (any allocation raises MemoryError)."""
+    import micropython
+    fn(0)
+    used = alloc_over(n, fn)
+    assert used == 0, "%d bytes allocated over %d calls" % (used, n)
+    micropython.heap_lock()
+    try:
+        for i in range(locked):
+            fn(i)
+    finally:
+        micropython.heap_unlock()
+
+
 def alloc_over(n, fn):
     """Bytes allocated by n calls fn(i), with the GC disabled."""
     gc.collect()

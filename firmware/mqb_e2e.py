@@ -1,0 +1,224 @@
+# mqb_e2e: end-to-end acknowledgements on the device (docs/e2e-ack.md, section 3).
+#
+# With e2e acks on, a batch leaves the outbox only when a recorder says it is
+# durable in the landing zone: every batch PUBLISH carries batch-seq "B:F-L"
+# (mqb_packet_e2e.BatchSeq), the client subscribes to mqbatch/<device>/ack (this
+# E2E is its mqb_sub.Subscriber), and an ack range covering an outbox entry
+# removes it (an outbox ack record: acks never rewrite a segment). An entry
+# PUBACKed by the broker waits for its e2e ack; without one within
+# resend_after_s it is published again (a new PUBLISH, DUP 0).
+#
+# The entries sent and not yet acknowledged end to end are a window of WINDOW
+# slots (entry id, boot, first and last seq, state, deadline): RAM for the
+# ranges, so an ack is matched without reading flash. A full window holds new
+# batches back in the outbox (they wait on flash, as in an outage) until acks or
+# resends free it. After a reboot the window is empty and every entry in the
+# outbox is sent again.
+#
+# Imported by mqb_app only when e2e_ack.enabled. Heap is per function and per
+# new name (mqb_packet_e2e): the methods and attributes reuse names the firmware
+# has (find, add, ack, discard, pop; count, values, delay, _eid, _p, _order,
+# _state), the counters are one array, the constants private.
+# Matching an ack allocates nothing (values below 2**30 on a 32-bit port).
+import time
+from array import array
+from micropython import const
+from mqb_packet_e2e import BatchSeq
+from mqb_sub import Subscriber
+
+_WINDOW = const(8)          # entries sent and awaiting their e2e ack, at most
+_SENT = const(1)            # PUBLISH sent, its PUBACK not yet in
+_WAIT = const(2)            # PUBACKed: awaiting the e2e ack until its deadline
+_MAX_RANGES = const(64)
+# mqb_app's App.count indexes (_ACKED_BATCHES, _ACKED_RECORDS)
+_ACKED_BATCHES = const(3)
+_ACKED_RECORDS = const(4)
+# E2E.values
+_RESENDS = const(0)         # entries published again for want of an e2e ack (mqb_app counts them)
+_BAD_ACKS = const(1)        # ack payloads breaking docs/e2e-ack.md section 2
+_COVERED = const(2)         # outbox entries an ack range removed
+
+
+def make_config(cfg, error):
+    """mqb_app.make_config's part for cfg["e2e_ack"] (present): its defaults
+    (enabled false, resend_after_s 30) and checks, in mqb_app's style; error:
+    mqb_app.ConfigError. When e2e acks are off this module is unloaded again."""
+    e = cfg["e2e_ack"]
+    if not isinstance(e, dict):
+        raise error("e2e_ack must be an object, got %r" % (e,))
+    e = cfg["e2e_ack"] = dict(e)       # the defaults below never change the caller's dict
+    for k in e:
+        if k != "enabled" and k != "resend_after_s":
+            raise error("e2e_ack.%s: unknown setting (e2e_ack has enabled and resend_after_s)" % k)
+    on = e.setdefault("enabled", False)
+    r = e.setdefault("resend_after_s", 30)
+    if on is not True and on is not False:
+        raise error("e2e_ack.enabled must be a boolean, got %r" % (on,))
+    if isinstance(r, bool) or not isinstance(r, (int, float)):
+        raise error("e2e_ack.resend_after_s must be a number, got %r" % (r,))
+    if not isinstance(r, int) or not 1 <= r <= 86400:
+        raise error("e2e_ack.resend_after_s must be a whole number of seconds 1..86400, got %r" % (r,))
+    if on and not cfg["topic"].endswith("/telemetry"):
+        raise error("e2e_ack.enabled needs a topic ending in /telemetry (the recorder acks "
+                    "mqbatch/<device_id>/telemetry on .../ack), got topic %r" % cfg["topic"])
+    if not on:
+        del cfg["e2e_ack"]             # mqb_app: no e2e_ack, no e2e acks
+        import sys
+        for m in ("mqb_e2e", "mqb_sub", "mqb_packet_e2e"):
+            sys.modules.pop(m, None)   # not used: give their heap back
+
+
+def init(client, topic, cfg, outbox, count, log):
+    """The E2E of an App (mqb_app calls this: one name fewer in its module)."""
+    return E2E(client, topic, cfg["resend_after_s"] * 1000, outbox, count, log)
+
+
+class E2E(Subscriber):
+    """The device side of e2e acks for one App (mqb_app): the subscription to
+    the ack topic of `topic` (the batch topic, its last level replaced by "ack")
+    on client, the window, the batch-seq property (self.seq, which mqb_app makes
+    mqb_packet.batch_seq). delay: resend_after_s in
+    ms; outbox: the App's Outbox; count: the App's counters (an entry an ack range
+    covers counts as acked there); log: the App's log. The window holds _WINDOW
+    (8) entries."""
+
+    def __init__(self, client, topic, delay, outbox, count, log):
+        Subscriber.__init__(self, client, topic[:topic.rfind(b"/") + 1] + b"ack")
+        self.delay = delay
+        self.outbox = outbox
+        self.count = count
+        self.values = array("i", bytes(12))     # _RESENDS, _BAD_ACKS, _COVERED
+        self.log = log
+        self.seq = BatchSeq()
+        # slot i: _eid[i] (-1: free), _p[3 i .. 3 i + 2] = boot, first seq, last seq,
+        # _state[i] _SENT / _WAIT, _order[i] the ticks_ms deadline of a _WAIT slot
+        self._eid = array("i", b"\xff" * (4 * _WINDOW))
+        self._p = array("I", bytes(12 * _WINDOW))
+        self._order = array("i", bytes(4 * _WINDOW))
+        self._state = bytearray(_WINDOW)
+
+    def connected(self, session_present):
+        """After a CONNACK (mqb_sub), and before mqb_app computes the batch budget:
+        batch-seq at its largest (46 bytes), so the budget holds for any batch."""
+        Subscriber.connected(self, session_present)
+        self.seq.set(0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+
+    def find(self, eid):
+        """The slot of an entry in the window (sent, awaiting PUBACK or its e2e ack),
+        or -1. find(-1): a free slot, or -1 when the window is full (slots of entries
+        no longer in the outbox, e.g. dropped by drop_oldest or re-stored split,
+        are freed first)."""
+        ids = self._eid
+        for i in range(_WINDOW):
+            if ids[i] == eid:
+                return i
+        if eid < 0:
+            for i in range(_WINDOW):
+                if self.outbox.records(ids[i]) < 0:
+                    ids[i] = -1
+                    return i
+        return -1
+
+    def add(self, eid):
+        """The entry was just published with the values of self.seq."""
+        i = self.find(eid)
+        if i < 0:
+            i = self.find(-1)
+            if i < 0:
+                raise RuntimeError("e2e window full: find(-1) was not asked")
+            self._eid[i] = eid
+            w = self._p
+            s = self.seq
+            w[3 * i] = s.boot
+            w[3 * i + 1] = s.first_seq
+            w[3 * i + 2] = s.last_seq
+        self._state[i] = _SENT
+
+    def discard(self, eid):
+        """The entry leaves the window (not delivered: refused, lost with a session, gone)."""
+        i = self.find(eid)
+        if i >= 0:
+            self._eid[i] = -1
+
+    def ack(self, eid):
+        """A success PUBACK (or a QoS 0 PINGRESP) for the entry: True if it now awaits
+        its e2e ack (the caller keeps it), False if the caller removes it: it is not
+        in the window (an ack range came first), or the ack subscription was refused
+        on this connection (PUBACK ends the line there)."""
+        i = self.find(eid)
+        if i < 0:
+            return False
+        if self.code is not None and self.code >= 0x80:
+            self._eid[i] = -1
+            return False
+        self._state[i] = _WAIT
+        self._order[i] = time.ticks_add(time.ticks_ms(), self.delay)
+        return True
+
+    def pop(self, now):
+        """An entry whose e2e ack is overdue (its slot goes back to "sent": the caller
+        publishes it again and counts it), or -1."""
+        st = self._state
+        for i in range(_WINDOW):
+            if self._eid[i] >= 0 and st[i] == _WAIT and time.ticks_diff(now, self._order[i]) >= 0:
+                st[i] = _SENT
+                return self._eid[i]
+        return -1
+
+    def summary(self, s):
+        """Add the e2e counters to the App's summary dict s."""
+        c = self.values
+        s.update({"e2e_resends": c[_RESENDS], "e2e_bad_acks": c[_BAD_ACKS], "e2e_acked_batches": c[_COVERED],
+                  "e2e_sub_refused": self.refused})
+
+    # -- the subscription (mqb_sub calls these) -------------------------------------
+
+    def on_suback(self, code, reason):
+        if code >= 0x80:
+            from mqb_packet import reason_name
+            self.log("e2e ack subscription refused: SUBACK 0x%02x %s (%s); on this connection a PUBACK ends "
+                     "the line (%d refusals)" % (code, reason_name(code), reason, self.refused))
+
+    def on_message(self, topic, buf, start, end):
+        """An ack PUBLISH: check its payload (docs/e2e-ack.md section 2: version 1,
+        length 1 + 12 N, 1 <= N <= 64, F <= L in each range), then remove every
+        window entry of the same boot whose first..last a range covers."""
+        if topic is not self.topic:
+            self.log("PUBLISH on %r, not the ack topic: ignored" % (topic,))
+            return
+        n = end - start
+        k = (n - 1) // 12
+        bad = None
+        if n < 1 or buf[start] != 1:
+            bad = "not version 1"
+        elif n < 13 or (n - 1) % 12 or k > _MAX_RANGES:
+            bad = "length not 1 + 12 N with 1 <= N <= 64"
+        else:
+            for r in range(k):
+                p = start + 1 + 12 * r
+                if (buf[p + 4] | buf[p + 5] << 8 | buf[p + 6] << 16 | buf[p + 7] << 24
+                        > buf[p + 8] | buf[p + 9] << 8 | buf[p + 10] << 16 | buf[p + 11] << 24):
+                    bad = "a range with first > last"
+        c = self.values
+        if bad is not None:
+            c[_BAD_ACKS] += 1
+            if c[_BAD_ACKS] == 1 or c[_BAD_ACKS] % 100 == 0:
+                self.log("bad e2e ack (%s, %d bytes): ignored (%d so far)" % (bad, n, c[_BAD_ACKS]))
+            return
+        ids = self._eid
+        w = self._p
+        ob = self.outbox
+        for r in range(k):
+            p = start + 1 + 12 * r
+            b = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16 | buf[p + 3] << 24
+            f = buf[p + 4] | buf[p + 5] << 8 | buf[p + 6] << 16 | buf[p + 7] << 24
+            last = buf[p + 8] | buf[p + 9] << 8 | buf[p + 10] << 16 | buf[p + 11] << 24
+            for i in range(_WINDOW):
+                eid = ids[i]
+                if eid >= 0 and w[3 * i] == b and f <= w[3 * i + 1] and w[3 * i + 2] <= last:
+                    ids[i] = -1
+                    c[_COVERED] += 1
+                    recs = ob.records(eid)
+                    if ob.ack(eid) == 0:        # else gone already (dropped): nothing to count
+                        self.count[_ACKED_BATCHES] += 1
+                        self.count[_ACKED_RECORDS] += recs

@@ -1,0 +1,104 @@
+"""What the device application holds in the heap after start-up (docs/application.md, Memory).
+
+The firmware as .mpy in a ROMFS image (mqbatch.devices.Fleet's build: bytecode outside the
+heap), `micropython -X heapsize=256K`, main.py's order (gc.threshold, the two batch buffers
+and the TLS context first), then `import mqb_app` and `App(cfg)`; gc.mem_alloc() after
+gc.collect() at each point. The broker is a closed loopback port (App() does not connect).
+
+    .venv/bin/python tools/heap_app.py [--config '{"e2e_ack": {"enabled": true}}'] [--runs 3]
+
+Prints one line per run: imports, App, live after start-up (bytes), the modules loaded,
+and micropython.qstr_info() (interned names: a full pool makes the next name cost a new
+pool of several KB). A config key "_probe_imports": ["mqb_codec", ...] imports those
+modules one at a time first and prints what each added (IMPORT lines).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+from mqbatch.deploy import compile_firmware  # noqa: E402
+from mqbatch.devices import DEVICE_DEFAULTS, _merged  # noqa: E402
+from mqbatch.pki import make_ca  # noqa: E402
+from mqbatch.romfs_run import build_image  # noqa: E402
+
+SCRIPT = """
+import gc
+gc.threshold(4096)
+import json, sys
+with open("config.json") as f:
+    cfg = json.load(f)
+size = cfg["flush"]["max_bytes"] + 160
+buffers = (bytearray(size), bytearray(size))
+import tls
+ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+gc.collect()
+a0 = gc.mem_alloc()
+a1 = a0
+for m in cfg.get("_probe_imports", ()):     # modules one at a time, in this order, before mqb_app
+    __import__(m)
+    gc.collect()
+    print("IMPORT", m, gc.mem_alloc() - a1)
+    a1 = gc.mem_alloc()
+import mqb_app
+gc.collect()
+a1 = gc.mem_alloc()
+
+app = mqb_app.App(mqb_app.make_config(cfg), buffers=buffers, ssl_context=ctx)
+gc.collect()
+a2 = gc.mem_alloc()
+import micropython
+micropython.qstr_info()
+mods = sorted(k for k in sys.modules if k.startswith("mqb_"))
+print("HEAP", json.dumps({"before_imports": a0, "imports": a1 - a0, "app": a2 - a1, "live": a2, "modules": mods}))
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="{}", help="JSON merged over the device defaults")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--heapsize", default="256K")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mqb-heap-") as tmp:
+        tmp = pathlib.Path(tmp)
+        compile_firmware("unix", tmp / "fw")
+        with contextlib.redirect_stdout(io.StringIO()):
+            build_image(tmp / "fw", tmp / "fw.romfs")
+        dev = tmp / "dev"
+        dev.mkdir()
+        (tmp / "pki").mkdir()
+        ca = make_ca(tmp / "pki", "mqbatch heap probe")     # TLS configured (the CA is loaded by App())
+        (dev / "ca.pem").write_bytes(ca.cert.read_bytes())
+        cfg = _merged(DEVICE_DEFAULTS, json.loads(args.config))
+        cfg.update(device_id="dev-001")
+        cfg.setdefault("broker", {}).update(host="127.0.0.1", port=1, tls=True, ca="ca.pem", username="dev-001",
+                                            password="pw", server_hostname="localhost")
+        (dev / "config.json").write_text(json.dumps(cfg))
+        (dev / "boot.py").write_text((ROOT / "boards" / "unix" / "boot.py").read_text())
+        (dev / "measure.py").write_text(SCRIPT)
+        for _ in range(args.runs):
+            proc = subprocess.run([sys.executable, "-m", "mqbatch.romfs_run", str(tmp / "fw.romfs"), "-X",
+                                   f"heapsize={args.heapsize}", "-c", "import boot; import measure"],
+                                  cwd=dev, env={"MICROPYPATH": ".frozen"}, capture_output=True, text=True, timeout=120)
+            line = [x for x in proc.stdout.splitlines() if x.startswith("HEAP ")]
+            for x in proc.stdout.splitlines():
+                if x.startswith("IMPORT ") or x.startswith("qstr"):
+                    print(x)
+            if proc.returncode or not line:
+                print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+                return 1
+            print(line[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
