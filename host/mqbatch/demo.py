@@ -8,7 +8,8 @@ Steps (each prints progress):
   2. the recorder (`mqbatch ingest`) with a persistent shared subscription
   3. N virtual devices sample for `duration` s; one broker outage and one
      network cut are injected on the way
-  4. devices stop sampling and drain their outboxes, then exit
+  4. devices stop sampling and drain their outboxes, then exit (end-to-end acks on:
+     an outbox entry leaves only when the recorder has landed it, docs/e2e-ack.md)
   5. the recorder is stopped (SIGTERM closes its landing file)
   6. the Spark job (`mqbatch spark`) decodes, validates, de-duplicates, reports
   7. summary + HTML report; exit status 1 if any record a device stored was lost
@@ -126,7 +127,9 @@ class Demo:
                      f"{o.duration:.0f} s at {o.sample_hz:g} Hz")
             cfg = {"sample_hz": o.sample_hz, "run_for_s": o.duration, "drain_timeout_s": o.drain_timeout,
                    "health_every_s": 5, "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000},
-                   "backoff": {"initial_ms": 500, "max_ms": 4000}}
+                   "backoff": {"initial_ms": 500, "max_ms": 4000},
+                   # a batch leaves a device only when the recorder says it is landed (docs/e2e-ack.md)
+                   "e2e_ack": {"enabled": True, "resend_after_s": 10}}
             self.fleet = Fleet(o.run_dir / "devices", self.relay.host, self.relay.port,
                                credentials=self.stack.credentials, ca=self.stack.ca_cert, heapsize=o.heapsize,
                                config=cfg, hmac_keys=self.stack.hmac_keys)
