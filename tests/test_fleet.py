@@ -247,7 +247,8 @@ def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):
                  "--wifi-password-file", str(wifi)]) == 0
     cfg = json.loads((d / "devices" / "porch-4" / "config.json").read_text())
     template = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
-    assert set(cfg) == set(template) | {"hmac_key"} and cfg["hw"] == template["hw"]
+    assert set(cfg) == set(template) | {"hmac_key", "e2e_ack"} and cfg["hw"] == template["hw"]
+    assert cfg["e2e_ack"] == {"enabled": True, "resend_after_s": 30}
     assert cfg["wifi"] == dict(template["wifi"], ssid="home", password="wifi-secret-123")
     b = cfg["broker"]
     assert (b["host"], b["server_hostname"], b["port"], b["username"], b["ca"], b["tls"]) == (
