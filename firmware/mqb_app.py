@@ -73,7 +73,7 @@ def defaults():
 # as dropped on the device (health record dropped_total), never silently.
 _TRANSIENT = const(b"\x80\x83\x89\x97")   # Unspecified, Implementation specific, Server busy, Quota exceeded
 _NO_MATCHING_SUBSCRIBERS = const(0x10)
-_SUB_PENDING = const(-1)                  # mqb_sub.PENDING: a SUBSCRIBE awaits its SUBACK
+_SUB_PENDING = const(-1)                  # mqb_sub._PENDING: a SUBSCRIBE awaits its SUBACK
 _BATCH_SEQ_ROOM = const(46)               # the batch-seq property at its largest (mqb_packet_e2e.BatchSeq)
 _USE_ANOTHER_SERVER = const(0x9C)
 _SERVER_MOVED = const(0x9D)

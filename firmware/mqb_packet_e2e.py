@@ -174,7 +174,7 @@ class BatchSeq:
         self.last_seq = last_seq
 
     def __len__(self):
-        """The whole property's size (at most 46 bytes: mqb_packet._BATCH_SEQ_MAX)."""
+        """The whole property's size (at most 46 bytes: mqb_app._BATCH_SEQ_ROOM)."""
         self.count = self.boot
         n = 16 + self.count_digits()
         self.count = self.first_seq

@@ -6,10 +6,10 @@ mqbatch/<dev>/ack. With the acker, entries leave the outbox; without it they sta
 are published again after resend_after_s (counted in e2e_resends), and after a reboot
 with the acker back everything still in the outbox is sent again and acknowledged.
 
-The broker ACL here is test-local: it lets each device subscribe to its own ack topic
-(`pattern read mqbatch/%u/ack`) and publish only its telemetry and status topics; the
-generated broker config (host/mqbatch/brokerconf.py) gets the same rules on another
-branch (docs/e2e-ack.md §4)."""
+The broker ACL here is test-local (acl_file: `pattern read mqbatch/%u/ack`), so the
+device side is tested without the recorder; the generated policy
+(host/mqbatch/brokerconf.py, docs/e2e-ack.md §4) is exercised with the real recorder
+by tests/test_e2e_scenarios.py, the demo and tests/test_fleet.py."""
 from __future__ import annotations
 
 import os

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from mqbatch.e2escenario import firmware_has_e2e, run_scenario
+from mqbatch.e2escenario import run_scenario
 
 pytestmark = pytest.mark.broker
 
@@ -38,10 +38,7 @@ def test_virtual_devices_lose_nothing_with_e2e_acks(scenario, off_loses, tmp_pat
 
 @pytest.mark.parametrize("e2e", [False, True])
 def test_firmware_devices_broker_kill_while_the_recorder_is_down(e2e, tmp_path):
-    """The real firmware (MicroPython Unix port): acks off shows the loss today; acks on
-    runs once firmware/ implements docs/e2e-ack.md."""
-    if e2e and not firmware_has_e2e():
-        pytest.skip("firmware/ has no end-to-end acks yet (branch wt-e2edev): only the acks-off side runs")
+    """The real firmware (MicroPython Unix port): acks off shows the loss, acks on loses nothing."""
     r = run_scenario("broker-kill-recorder-down", tmp_path, devices=2, kind="firmware", e2e=e2e, run_for_s=8)
     print(r.line())
     assert r.stored > 0

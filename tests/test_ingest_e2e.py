@@ -9,6 +9,7 @@ import time
 import pytest
 
 from mqbatch import codec, e2eack, landing, records
+from mqbatch.broker import write_private
 from mqbatch.e2edevice import AckingDevice
 from mqbatch.recproc import RecorderProcess
 from mqbatch.secmatrix import wait_until
@@ -136,8 +137,7 @@ def test_recorder_killed_before_the_device_got_its_acks_acks_again_on_restart(se
     Nothing is redelivered by the broker (all PUBACKed), so these acks come from the WAL."""
     stack = secure_stack(["dev-001"])
     user, password = stack.recorder_login
-    pw = tmp_path / "recorder.pw"
-    pw.write_text(password)
+    pw = write_private(tmp_path / "recorder.pw", password)      # 0600: a secret
     rec = RecorderProcess(tmp_path / "recorder.log", host=stack.broker.host, port=stack.broker.port,
                           cafile=stack.ca_cert, landing=tmp_path / "landing", client_id=RECORDER_CLIENT_ID,
                           username=user, password_file=pw).start()

@@ -17,12 +17,25 @@ def test_ack_payload_is_byte_exact():
     assert encode([]) == []
 
 
-def test_more_than_64_ranges_are_split_into_several_acks():
-    ranges = [(1, 2 * i, 2 * i) for i in range(130)]          # not adjacent: nothing to merge
+def test_more_than_32_ranges_are_split_into_several_acks():
+    ranges = [(1, 2 * i, 2 * i) for i in range(66)]           # not adjacent: nothing to merge
     payloads = encode(ranges)
-    assert [len(p) for p in payloads] == [1 + 12 * 64, 1 + 12 * 64, 1 + 12 * 2]
+    assert [len(p) for p in payloads] == [1 + 12 * 32, 1 + 12 * 32, 1 + 12 * 2]
     assert [r for p in payloads for r in decode(p)] == ranges
-    assert len(encode(ranges[:64])) == 1
+    assert len(encode(ranges[:32])) == 1
+
+
+def test_the_largest_ack_publish_fits_the_firmwares_maximum_packet_size():
+    """A 64-character device id, 32 ranges: the PUBLISH the broker forwards (QoS 1, topic,
+    packet id, Message Expiry Interval, payload) must fit the firmware's 512-byte Maximum
+    Packet Size, or the broker drops it and the device resends what it covered."""
+    from mqbatch import codec
+    topic = e2eack.ack_topic("d" * 64).encode()
+    payload = encode([(1, 2 * i, 2 * i) for i in range(100)])[0]
+    props = bytes([0x02]) + e2eack.MESSAGE_EXPIRY_S.to_bytes(4, "big")
+    body = len(topic).to_bytes(2, "big") + topic + (1).to_bytes(2, "big") + codec.vbi_encode(len(props)) + props + payload
+    packet = bytes([0x32]) + codec.vbi_encode(len(body)) + body
+    assert len(packet) == 474 <= 512
 
 
 def test_merge_joins_overlapping_and_adjacent_ranges_per_boot():

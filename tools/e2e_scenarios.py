@@ -17,7 +17,7 @@ import pathlib
 import sys
 import tempfile
 
-from mqbatch.e2escenario import SCENARIOS, firmware_has_e2e, run_scenario
+from mqbatch.e2escenario import SCENARIOS, run_scenario
 
 
 def main(argv=None) -> int:
@@ -33,10 +33,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=None, help="keep each run's files here (default: a temp dir)")
     args = ap.parse_args(argv)
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.e2e]
-    if args.kind == "firmware" and not firmware_has_e2e():
-        if True in modes:
-            print("note: firmware/ has no end-to-end acks yet: running its e2e-off side only", file=sys.stderr)
-        modes = [False]
     results = []
     with tempfile.TemporaryDirectory(prefix="mqbatch-e2e-") as tmp:
         base = args.out or pathlib.Path(tmp)

@@ -24,7 +24,11 @@ from mqbatch.records import RecordError, device_from_topic
 
 PROPERTY = "batch-seq"
 VERSION = 1
-MAX_RANGES = 64                     # per ack PUBLISH: payload 13..769 bytes
+MAX_RANGES = 64                     # per ack payload a device must accept: 13..769 bytes
+# per ack PUBLISH the recorder sends: with a 64-character device id the whole PUBLISH
+# (topic, packet id, Message Expiry, 1 + 12 x 32 bytes of payload) is 474 bytes, under the
+# 512-byte Maximum Packet Size of mqbatch's firmware; a bigger ack would be dropped by the broker
+SEND_RANGES = 32
 MESSAGE_EXPIRY_S = 3600             # an ack not collected within an hour is dropped; the device resends
 U32_MAX = 0xFFFFFFFF
 RANGE = struct.Struct("<III")       # boot, first seq, last seq
@@ -71,14 +75,14 @@ def merge(ranges) -> list[Range]:
 
 
 def encode(ranges: list[Range]) -> list[bytes]:
-    """Ack payloads for `ranges` (as given, not merged): one per MAX_RANGES ranges."""
+    """Ack payloads for `ranges` (as given, not merged): one per SEND_RANGES ranges."""
     if not ranges:
         return []
     for boot, first, last in ranges:
         if not (0 <= boot <= U32_MAX and 0 <= first <= last <= U32_MAX):
             raise ValueError(f"range {boot}:{first}-{last}: values must be 0..{U32_MAX} with first <= last")
-    return [bytes([VERSION]) + b"".join(RANGE.pack(*r) for r in ranges[i:i + MAX_RANGES])
-            for i in range(0, len(ranges), MAX_RANGES)]
+    return [bytes([VERSION]) + b"".join(RANGE.pack(*r) for r in ranges[i:i + SEND_RANGES])
+            for i in range(0, len(ranges), SEND_RANGES)]
 
 
 def decode(payload: bytes) -> list[Range]:

@@ -1,6 +1,5 @@
 """A device speaking the end-to-end acknowledgement contract (docs/e2e-ack.md) with
-paho-mqtt: the reference peer the recorder's acks are tested against, and the
-virtual device of the e2e scenario harness while the firmware has no e2e support.
+paho-mqtt: the reference peer the recorder's acks are tested against.
 
     dev = AckingDevice(host, port, cafile, "dev-001", password)     # its own account
     dev.publish_batch(boot=1, first=0, last=99)     # batch-format v1 records + batch-seq "1:0-99"

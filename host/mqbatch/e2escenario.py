@@ -16,10 +16,9 @@ Device kinds:
 - "virtual": `VirtualDevice`, a paho-mqtt device that keeps an outbox per
   docs/e2e-ack.md section 3 (entry removed on a covering ack, resent after
   resend_after_s; e2e off: removed on a success PUBACK, as the firmware does
-  today). Runs e2e on and off today.
-- "firmware": the real firmware in the MicroPython Unix port (mqbatch.devices.Fleet).
-  e2e off today; e2e on once the firmware has it (`firmware_has_e2e()`; its config
-  gets ``"e2e_ack": {"enabled": true, "resend_after_s": ...}``).
+  without e2e acks); faster than the firmware.
+- "firmware": the real firmware in the MicroPython Unix port (mqbatch.devices.Fleet),
+  its config with ``"e2e_ack": {"enabled": <e2e>, "resend_after_s": ...}``.
 
 Scenarios (`SCENARIOS`): broker-kill-recorder-down (the issue's measured case: the
 recorder is stopped, messages queue for its session, the broker is SIGKILLed),
@@ -50,7 +49,6 @@ from mqbatch import codec, e2eack, landing, records
 from mqbatch.broker import Mosquitto
 from mqbatch.brokerconf import ACK_TOPICS, TELEMETRY_FILTER, Limits
 from mqbatch.e2edevice import batch
-from mqbatch.paths import FIRMWARE
 from mqbatch.recproc import RecorderProcess
 from mqbatch.stack import RECORDER_CLIENT_ID, LocalStack
 
@@ -58,17 +56,13 @@ from mqbatch.stack import RECORDER_CLIENT_ID, LocalStack
 INTRUDER = "intruder"      # a device account of the stack that no device uses
 
 
-def firmware_has_e2e() -> bool:
-    """Whether firmware/ implements docs/e2e-ack.md (some module of it reads the e2e_ack config)."""
-    return any("e2e_ack" in p.read_text(encoding="utf-8") for p in FIRMWARE.glob("*.py"))
-
 
 class VirtualDevice:
     """A device per docs/e2e-ack.md section 3, in Python with paho-mqtt: every period_s a
     batch of batch_records records of one boot goes into the outbox (stored) and is
     published (QoS 1, batch-seq if e2e). e2e on: an entry leaves the outbox when an ack
     range covers it; PUBACKed entries not covered within resend_after_s are published
-    again (resends). e2e off: a success PUBACK removes it (the firmware's behaviour today).
+    again (resends). e2e off: a success PUBACK removes it (as the firmware without e2e acks).
     Subscribes to its ack topic after every CONNACK (Clean Start, no session)."""
 
     def __init__(self, host: str, port: int, cafile, device_id: str, password: str, *, e2e: bool,
@@ -234,8 +228,6 @@ class Harness:
                  resend_after_s: float = 3.0, misconfigured: bool = False, say=print):
         if kind not in ("virtual", "firmware"):
             raise ValueError(f"device kind {kind!r}: 'virtual' or 'firmware'")
-        if kind == "firmware" and e2e and not firmware_has_e2e():
-            raise ValueError("the firmware in firmware/ has no end-to-end acks yet: run e2e on with --kind virtual")
         self.dir = pathlib.Path(run_dir)
         self.kind, self.e2e, self.resend_after_s, self.say = kind, e2e, resend_after_s, say
         self.ids = [f"dev-{i:03d}" for i in range(1, devices + 1)]
@@ -274,8 +266,7 @@ class Harness:
             from mqbatch.devices import Fleet
             cfg = {"sample_hz": 50, "run_for_s": run_for_s, "drain_timeout_s": 60, "health_every_s": 1,
                    "flush": {"max_count": 20, "max_age_ms": 200}, "backoff": {"initial_ms": 200, "max_ms": 1000}}
-            if firmware_has_e2e():
-                cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": max(1, round(self.resend_after_s))}
+            cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": max(1, round(self.resend_after_s))}
             b = self.stack.broker
             self.fleet = Fleet(self.dir / "devices", b.host, b.port,
                                credentials={d: self.stack.credentials[d] for d in self.ids},

@@ -168,5 +168,8 @@ def test_config_e2e_ack_is_checked():
                      ({"enabled": False, "resend": 3}, "e2e_ack.resend: unknown setting")):
         e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, e2e_ack=bad))
         assert msg in str(e), (bad, str(e))
-    e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, e2e_ack={"enabled": True}, topic="x/{device_id}"))
-    assert "ending in /telemetry" in str(e)
+    for topic in ("x/{device_id}", "x/{device_id}/telemetry", "mqbatch/other/telemetry", "mqbatch/{device_id}/t"):
+        # the recorder acks only mqbatch/<device_id>/telemetry: any other topic would resend forever
+        e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, e2e_ack={"enabled": True}, topic=topic))
+        assert "needs topic mqbatch/{device_id}/telemetry" in str(e), (topic, str(e))
+    assert mqb_app.make_config(dict(base, e2e_ack={"enabled": True}, topic="mqbatch/{device_id}/telemetry"))

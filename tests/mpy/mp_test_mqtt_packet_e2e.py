@@ -166,8 +166,8 @@ def test_receive_path_allocates_nothing():
 
     def one(i):
         out, pub, suback, sub, enc, topic, seq = st
-        E.parse_publish(0x32, pub, 0, len(pub), out)
-        E.parse_suback(suback, 0, 4)
+        assert E.parse_publish(0x32, pub, 0, len(pub), out) == 1     # QoS 1: parsed, not refused
+        assert E.parse_suback(suback, 0, 4) == 1                    # granted QoS 1
         E.subscribe_packet(sub, (i & 0xFFF) + 1, ACK_TOPIC, 5)
         seq.set(3, i, i + 9)
         P.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), (i & 0xFFF) + 1, 0, None, None, None, enc)
