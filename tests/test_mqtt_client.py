@@ -73,7 +73,7 @@ def test_default_broker_qos_0_1_2_with_properties(mosquitto, subscriber, wiretap
     wire = tap.packets(PUBLISH, "c2s")
     assert [len(f.raw) for f in wire] == [p["size"] for p in of(ev, "published")]
     assert [f.publish_fields()["qos"] for f in wire] == [0, 1, 2]
-    assert [f.type for f in tap.packets(direction="c2s")] == [1, 3, 3, 3, PUBREL, 14]
+    assert [f.type for f in tap.closed().packets(direction="c2s")] == [1, 3, 3, 3, PUBREL, 14]
     assert sub.settle() == msgs  # nothing else arrived
 
 
@@ -438,6 +438,6 @@ def test_device_subscribes_to_its_ack_topic_and_receives_paho_publishes(mosquitt
     assert got == [(ack_topic, payloads[0]), (ack_topic, payloads[1])], got
     s2c = [f for f in tap.packets(PUBLISH, "s2c")]
     assert [f.publish_fields()["qos"] for f in s2c] == [1, 0]
-    assert [f.type for f in tap.packets(direction="c2s")] == [1, 8, PUBACK, 14]   # CONNECT SUBSCRIBE PUBACK DISCONNECT
+    assert [f.type for f in tap.closed().packets(direction="c2s")] == [1, 8, PUBACK, 14]   # CONNECT SUBSCRIBE PUBACK DISCONNECT
     (puback,) = tap.packets(PUBACK, "c2s")
     assert puback.raw[2:4] == s2c[0].publish_fields()["pid"].to_bytes(2, "big")

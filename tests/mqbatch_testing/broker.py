@@ -337,6 +337,7 @@ class WireTap:
         self.host, self.port = self._srv.getsockname()
         self._conns = itertools.count()
         self._socks: list[socket.socket] = []
+        self._c2s_pumps: list[threading.Thread] = []
         self._closing = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -354,8 +355,20 @@ class WireTap:
                 continue
             n = next(self._conns)
             self._socks += [c, s]
-            threading.Thread(target=self._pump, args=(c, s, n, "c2s"), daemon=True).start()
+            c2s = threading.Thread(target=self._pump, args=(c, s, n, "c2s"), daemon=True)
+            self._c2s_pumps.append(c2s)
+            c2s.start()
             threading.Thread(target=self._pump, args=(s, c, n, "s2c"), daemon=True).start()
+
+    def closed(self, timeout: float = 5.0) -> "WireTap":
+        """Wait until every client has closed its connection and everything it sent is
+        recorded (a client that just exited: its last packets may still be in flight
+        through the tap); returns self."""
+        deadline = time.monotonic() + timeout
+        for t in list(self._c2s_pumps):
+            t.join(max(0.0, deadline - time.monotonic()))
+            assert not t.is_alive(), f"a client connection through the tap is still open after {timeout} s"
+        return self
 
     def _pump(self, src, dst, conn, direction):
         pending = b""
