@@ -87,6 +87,7 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     assert {"mqbatch/cli.py", "mqbatch/commands/vboard.py", "mqbatch/commands/decode.py"} <= names
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
+    assert "mqbatch/spark/java/BatchDecoder.java" in names      # the JVM fast path's source
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text
@@ -224,7 +225,11 @@ def test_installed_spark_runs_the_job(venv):
     landing, out = venv["cwd"] / "spark-landing", venv["cwd"] / "spark-out"
     subs = [sample(1, seq)[0] for seq in range(3)]
     write_landing(landing, "rec-1", 0, [landed("mqbatch/dev-1/telemetry", subs, T0_MS + 5000)])
-    s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600)
+    cache = venv["cwd"] / "xdg-cache"       # the fast path's jar is built there (not in ~/.cache)
+    s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600,
+            env=dict(venv["env"], XDG_CACHE_HOME=str(cache)))
     assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
+    assert [p.suffix for p in (cache / "mqbatch" / "jvm").iterdir()] == [".jar"]
+    assert "fast path is off" not in s.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["records"] == {"received": 3, "unique": 3, "duplicates": 0}, report

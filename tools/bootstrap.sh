@@ -13,13 +13,14 @@ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=
 command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
 command -v strace >/dev/null 2>&1 || APT_PKGS+=(strace)     # tests count socket writes per PUBLISH
 command -v chromium >/dev/null 2>&1 || APT_PKGS+=(chromium) # a test renders the demo's HTML report headless (layout at 1280/800 px)
-java_ok() {
+java_ok() {    # a JDK 17+: Spark runs on it, and javac builds the decoder's JVM fast path (mqbatch.spark.jvm)
     command -v java >/dev/null 2>&1 || return 1
+    command -v javac >/dev/null 2>&1 || return 1
     local v
     v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
     [ -n "$v" ] && [ "$v" -ge 17 ]
 }
-java_ok || APT_PKGS+=(openjdk-17-jre-headless)
+java_ok || APT_PKGS+=(openjdk-17-jdk-headless)
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || APT_PKGS+=(python3-venv)
 
 if [ ${#APT_PKGS[@]} -gt 0 ]; then

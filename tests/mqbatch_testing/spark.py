@@ -1,7 +1,8 @@
 """The one local SparkSession shared by every Spark test (session scope: the JVM
 starts once, ~15 s). Registered in tests/conftest.py (`pytest_plugins`).
 
-Fixture `spark`: local[2], 2 shuffle partitions, no UI, UTC session time zone.
+Fixture `spark`: local[2], 2 shuffle partitions, no UI, UTC session time zone, the
+decoder's JVM fast path on its class path (mqbatch.spark.jvm; the tests need a JDK).
 Python workers run this interpreter (the venv) and can import `mqbatch` and the
 modules of spark_jobs/ (PYTHONPATH is set before the JVM starts)."""
 from __future__ import annotations
@@ -33,6 +34,7 @@ def spark(tmp_path_factory):
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
     from pyspark.sql import SparkSession
+    from mqbatch.spark import jvm
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (SparkSession.builder.master("local[2]").appName("mqbatch-tests")
                .config("spark.sql.shuffle.partitions", "2")
@@ -43,6 +45,7 @@ def spark(tmp_path_factory):
                .config("spark.sql.warehouse.dir", str(warehouse))
                .config("spark.driver.memory", "1g")
                .config("spark.sql.streaming.schemaInference", "false")
+               .config("spark.jars", str(jvm.jar()))    # the decoder's JVM fast path (mqbatch.spark.jvm)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session

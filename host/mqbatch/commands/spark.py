@@ -105,8 +105,11 @@ def job_file(directory: pathlib.Path) -> pathlib.Path:
 
 
 def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]:
+    from mqbatch.spark import jvm      # the decoder's JVM fast path, shipped to the executors too
+    fast_path = jvm.jar()
     return [str(venv_tool("spark-submit")), "--master", args.master or "local[*]",
             "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.ui.showConsoleProgress=false",
+            *(["--jars", str(fast_path)] if fast_path else []),
             "--py-files", str(pyfiles.resolve()), *args.spark_conf_args,
             str(job_file(pyfiles.parent.resolve())), *job_arguments(args)]
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from mqbatch.spark import jvm
 from mqbatch.spark.options import add_arguments, check_paths, options_from
 from mqbatch.spark.pipeline import run_batch
 from mqbatch.spark.stream import run_stream
@@ -21,6 +23,14 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
     # Start (or join) the JVM first: under spark-submit it holds spark-submit's
     # settings (--master among them), which a SparkConf made before it cannot see;
     # setting local[*] then would silently run a cluster submission locally.
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # we start the JVM: the JVM fast path's jar goes on its class path (spark.jars;
+        # spark-submit's own --jars, e.g. from `mqbatch spark`, already did it)
+        launch = SparkConf()
+        jars = jvm.with_jar(conf_items.pop("spark.jars", None))
+        if jars:
+            launch.set("spark.jars", jars)
+        SparkContext._ensure_initialized(conf=launch)
     SparkContext._ensure_initialized()
     conf = SparkConf()
     if master:

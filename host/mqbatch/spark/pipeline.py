@@ -27,9 +27,11 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mqbatch.spark import files as landing_files
+from mqbatch import codec
+from mqbatch.spark import files as landing_files, jvm
 from mqbatch.spark.decoder import decode_vectorised
 from mqbatch.spark.options import JobOptions
+from mqbatch.vdecode import NOT_FOR_RECORDS
 from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS, LANDING_SCHEMA,
                                   QUARANTINE_COLUMNS, RECORD_COLUMNS)
 
@@ -61,9 +63,42 @@ def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
     return spark.read.schema(LANDING_SCHEMA).parquet(*paths)
 
 
-def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False) -> DataFrame:
-    """mapInArrow: DECODE_ARROW per landed Arrow batch. compact_rows (the batch job): valid
+def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast_path: bool | None = None) -> DataFrame:
+    """The decoded rows (DECODED_SCHEMA) of the landed rows. With the JVM fast path
+    (mqbatch.spark.jvm; fast_path None = when the session has it, never with --hmac-keys):
+    valid batches of binary records are decoded by a Java UDF inside the JVM, every other
+    landed row by DECODE_ARROW in Python workers (mapInArrow), which names its reason;
+    without it, every row goes through DECODE_ARROW. compact_rows (the batch job): valid
     record rows come back without the landed columns records/ does not need (decoder.compact)."""
+    landed = landed.select(*LANDED_COLUMNS)
+    if fast_path is False or opts.hmac_keys or not jvm.registered(landed.sparkSession):
+        if fast_path:
+            raise RuntimeError("mqbatch.spark.decode(fast_path=True): the JVM fast path is not available "
+                               "(--hmac-keys given, or the session lacks its jar; see stderr)")
+        return _decode_python(landed, opts, compact_rows)
+    # posexplode_outer + a filter on the position: with a plain posexplode Spark infers a
+    # filter on size(records) and evaluates the UDF three times per landed row
+    fast = (landed.select("*", F.call_udf(jvm.UDF_DECODE, *jvm.udf_args(opts)).alias("_j"))
+            .select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull()))
+    null = {f.name: F.lit(None).cast(f.dataType) for f in DECODED_SCHEMA.fields}
+    dropped = ("payload",) + (NOT_FOR_RECORDS if compact_rows else ())
+    columns = {name: null[name] if name in dropped else F.col(name) for name in LANDED_COLUMNS}
+    columns.update({
+        "landed_first": F.col("_k") == 0, "batch_id": F.col("_j.batch_id"), "batch_status": F.lit(codec.OK),
+        "batch_count": F.col("_j.count"), "stage": null["stage"], "reason": null["reason"],
+        "detail": null["detail"], "sub_index": F.col("_k"),
+        "sub_payload": null["sub_payload"] if compact_rows else F.expr("substring(payload, _r.start + 1, _r.length)"),
+        "device": F.col("_j.device"), "record_format": F.lit("binary"), "kind": F.col("_r.kind"),
+        "synced": F.col("_r.synced"), "boot": F.col("_r.boot"), "seq": F.col("_r.seq"),
+        "device_time": F.timestamp_micros("_r.time_us"), "readings": F.col("_r.readings"),
+        "dropped_total": F.col("_r.dropped_total")})
+    fast_rows = fast.select(*(columns[f.name].alias(f.name) for f in DECODED_SCHEMA.fields))
+    slow = landed.where(~jvm.is_fast(opts))
+    return fast_rows.unionByName(_decode_python(slow, opts, compact_rows))
+
+
+def _decode_python(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
+    """mapInArrow: DECODE_ARROW per landed Arrow batch, its result in slices of DECODED_ROWS_PER_BATCH."""
     decoder = DECODE_ARROW
 
     def run(batches):
@@ -71,7 +106,7 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False) -> D
             out = decoder(batch, opts, compact_rows) if compact_rows else decoder(batch, opts)
             for start in range(0, out.num_rows, DECODED_ROWS_PER_BATCH):
                 yield out.slice(start, DECODED_ROWS_PER_BATCH)
-    return landed.select(*LANDED_COLUMNS).mapInArrow(run, DECODED_SCHEMA)
+    return landed.mapInArrow(run, DECODED_SCHEMA)
 
 
 def quarantine(decoded: DataFrame) -> DataFrame:
@@ -230,11 +265,11 @@ def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
     return rows
 
 
-def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions) -> DataFrame:
-    """The batch job's decode step: compact rows (decoder.compact), Arrow batches sized
-    to the options (size_arrow_batches)."""
+def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions, fast_path: bool | None = None) -> DataFrame:
+    """The batch job's decode step: compact rows (decoder.compact), the JVM fast path
+    when the session has it, Arrow batches sized to the options (size_arrow_batches)."""
     size_arrow_batches(spark, opts)
-    return decode(landed, opts, compact_rows=True)
+    return decode(landed, opts, compact_rows=True, fast_path=fast_path)
 
 
 def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
