@@ -255,7 +255,9 @@ def _spark_section(r: dict) -> list[str]:
            "| measurement | records/s, median [min–max] |", "|---|--:|"]
     for name, secs in f["seconds"].items():
         out.append(f"| {name} | {_spread([n / s for s in secs])} |")
-    out += ["", f"Ratio (a)/(b), medians of this run: {f['ratio_a_over_b']:.2f} ({n:,} records; docs/spark.md).", ""]
+    path = {True: "on", False: "off (no JDK, or a session without its jar)"}.get(f.get("jvm_fast_path"), "not recorded")
+    out += ["", f"Ratio (a)/(b), medians of this run: {f['ratio_a_over_b']:.2f} ({n:,} records; JVM fast path "
+                f"{path}; docs/spark.md).", ""]
     return out
 
 

@@ -106,10 +106,13 @@ def bench_spark(args: argparse.Namespace) -> int:
         json_type = ("array<struct<v:int,kind:string,boot:bigint,seq:bigint,ts_ms:bigint,synced:boolean,"
                      "r:map<string,bigint>>>")
 
-        def ours():       # the batch job's decode step (compact rows, bounded Arrow batches)
-            decoded = S.job_decode(spark, S.read_landing(spark, str(tmp / "landing")), opts)
+        def ours(fast_path=None):   # the batch job's decode step (compact rows, JVM fast path when on)
+            decoded = S.job_decode(spark, S.read_landing(spark, str(tmp / "landing")), opts, fast_path=fast_path)
             S.records(decoded).select("device", "seq", F.explode("readings").alias("r")) \
                 .write.format("noop").mode("overwrite").save()
+
+        def python_only():
+            ours(fast_path=False)
 
         def from_json():
             spark.read.parquet(str(json_file)).select(F.explode(F.from_json("payload", json_type)).alias("x")) \
@@ -126,9 +129,15 @@ def bench_spark(args: argparse.Namespace) -> int:
             steps.clear()
             S.run_batch(spark, str(tmp / "landing"), str(tmp / "out"), opts, steps)
 
+        from mqbatch.spark import jvm
+        fast_path = jvm.registered(spark)
+        print("decode step: " + (f"JVM fast path on ({jvm.jar()}), the Python decoders for the other rows"
+                                 if fast_path else "JVM fast path off (see above): the Python decoders only"),
+              flush=True)
         results = {}
         for name, fn in (("(a) mqbatch decode+validate+explode", ours), ("(b) from_json+explode (JSON arrays)", from_json),
-                         ("(a0) the Arrow exchange of (a) alone (mapInArrow returning no rows)", exchange),
+                         ("(a1) (a) with the Python decoders only (JVM fast path off)", python_only),
+                         ("(a0) the Arrow exchange of (a1) alone (mapInArrow returning no rows)", exchange),
                          ("(c) full batch job (records/, quarantine/, report)", full)):
             times = []
             for rep in range(args.repeat):
@@ -146,7 +155,7 @@ def bench_spark(args: argparse.Namespace) -> int:
         print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
         spark.stop()
     bench_out.write_result(args, "spark", {"records": n, "repeat": args.repeat, "seed": args.seed,
-                                           "seconds": results, "ratio_a_over_b": b / a})
+                                           "jvm_fast_path": fast_path, "seconds": results, "ratio_a_over_b": b / a})
     return 0
 
 

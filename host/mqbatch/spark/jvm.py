@@ -28,8 +28,8 @@ import zipfile
 SOURCE = pathlib.Path(__file__).resolve().with_name("java") / "BatchDecoder.java"
 CLASS = "mqbatch.jvm.BatchDecoder"
 UDF_DECODE, UDF_IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"
-# what javac needs of Spark: Row, RowFactory, UDF5 (spark-sql-api) and Scala's Seq
-_COMPILE_JARS = ("spark-sql-api_*.jar", "scala-library-*.jar")
+# what javac needs of Spark: Row, RowFactory, UDF5 (spark-sql-api), UTF8String (spark-unsafe, and the Kryo interface it implements), Scala's Seq
+_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-unsafe_*.jar", "kryo-shaded-*.jar", "scala-library-*.jar")
 _notes: set[str] = set()
 
 

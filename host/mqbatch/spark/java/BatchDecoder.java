@@ -8,6 +8,7 @@ import java.util.ArrayList;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF5;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The JVM fast path of the Spark job's decoder (docs/spark.md, "JVM fast path").
@@ -36,14 +37,15 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
     static final int HEADER = 18, READING = 5, MAX_READINGS = 32;
     static final long EPOCH_2020_S = 1_577_836_800L;
     static final int DROPPED_TOTAL = 0x82;
-    static final String[] NAME = new String[256];
+    // channel names and kinds as Spark's own strings: returned as they are, never re-encoded per record
+    static final UTF8String[] NAME = new UTF8String[256];
     static final byte[] KIND = new byte[256];          // 0 unknown, 1 sample, 2 health
     static final long[] LOW = new long[256], HIGH = new long[256];
     static final double[] DIVISOR = new double[256];
-    static final String[] KINDS = {null, "sample", "health"};
+    static final UTF8String[] KINDS = {null, UTF8String.fromString("sample"), UTF8String.fromString("health")};
 
     private static void channel(int id, String name, int kind, long low, long high, int divisor) {
-        NAME[id] = name; KIND[id] = (byte) kind; LOW[id] = low; HIGH[id] = high; DIVISOR[id] = divisor;
+        NAME[id] = UTF8String.fromString(name); KIND[id] = (byte) kind; LOW[id] = low; HIGH[id] = high; DIVISOR[id] = divisor;
     }
 
     static {
