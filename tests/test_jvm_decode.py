@@ -103,20 +103,24 @@ EDGES = {   # name: (landed row, taken by the fast path)
     "trailing byte": (publish([rec()], props=[("batch-format", "v1"), ("batch-size", "1")],
                               payload=codec.encode_payload([rec()]) + b"\x00"), False),
     "no received_at": (publish([rec()], received_ms=None), False),
+    "batch-size of 9 digits": (publish([rec()], props=[("batch-format", "v1"), ("batch-size", "999999999")],
+                                       payload=codec.encode_payload([rec()])), False),
 }
 
 
-def test_what_the_fast_path_takes_at_the_edges(spark, tmp_path):
+@pytest.mark.parametrize("opts", [JobOptions(), JobOptions(max_batch_size=10 ** 12, max_payload_bytes=10 ** 20)],
+                         ids=["defaults", "limits-of-10^12"])
+def test_what_the_fast_path_takes_at_the_edges(spark, tmp_path, opts):
     names = list(EDGES)
     landed_df = pipeline.read_landing(spark, write_rows(tmp_path / "landing", [EDGES[n][0] for n in names]))
     assert jvm.registered(spark)
-    fast = {r.offset: r.fast for r in landed_df.select("offset", jvm.is_fast(JobOptions()).alias("fast")).collect()}
+    fast = {r.offset: r.fast for r in landed_df.select("offset", jvm.is_fast(opts).alias("fast")).collect()}
     offsets = sorted(fast)
     got = {names[i]: fast[o] for i, o in enumerate(offsets)}
     assert got == {n: EDGES[n][1] for n in names}
     # and the decoded rows are the Python decoders' either way
-    want = pipeline.decode(landed_df, JobOptions(), fast_path=False).toArrow().sort_by(_load_diff().SORT)
-    have = pipeline.decode(landed_df, JobOptions(), fast_path=True).toArrow().sort_by(_load_diff().SORT)
+    want = pipeline.decode(landed_df, opts, fast_path=False).toArrow().sort_by(_load_diff().SORT)
+    have = pipeline.decode(landed_df, opts, fast_path=True).toArrow().sort_by(_load_diff().SORT)
     assert have.to_pylist() == want.to_pylist()
 
 

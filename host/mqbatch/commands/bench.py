@@ -38,11 +38,14 @@ PER_FILE = 100_000
 def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int = 10) -> tuple[int, pathlib.Path]:
     """A landing zone of n binary records (PUBLISHes of 50, seeded values) in recorder
     files of 100,000 records, and the same records as JSON arrays (one string per
-    PUBLISH) in DIR/../json.parquet for the from_json baseline. Returns (records, json file)."""
+    PUBLISH) in files of the same split in DIR/../json/ for the from_json baseline.
+    Returns (records, json directory)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
+    json_dir = directory.parent / "json"
+    json_dir.mkdir(exist_ok=True)
     rows, json_rows, made, segment = [], [], 0, 0
     seqs = [0] * devices
     while made < n:
@@ -63,10 +66,11 @@ def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int =
         if made % PER_FILE == 0 or made == n:
             landing_zone.write_parquet_atomic(landing_zone.to_table(rows, "bench", segment), directory,
                                               landing_zone.parquet_name("bench", segment))
-            rows, segment = [], segment + 1
-    json_file = directory.parent / "json.parquet"
-    pq.write_table(pa.table({"payload": json_rows}), json_file)
-    return made, json_file
+            # the JSON arrays split as the landing files are, so that Spark reads both with the same
+            # parallelism (one file of one row group would run (b) in a single task)
+            pq.write_table(pa.table({"payload": json_rows}), json_dir / f"json-{segment:08d}.parquet")
+            rows, json_rows, segment = [], [], segment + 1
+    return made, json_dir
 
 
 def _summary(seconds: list[float], n: int) -> str:
@@ -97,7 +101,7 @@ def bench_spark(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mqbatch-bench-") as tmp:
         tmp = pathlib.Path(tmp)
         started = time.monotonic()
-        n, json_file = build_landing(tmp / "landing", args.records, args.seed)
+        n, json_dir = build_landing(tmp / "landing", args.records, args.seed)
         print(f"landing zone: {n:,} records in {n // PER_PUBLISH + (n % PER_PUBLISH > 0):,} PUBLISHes "
               f"({time.monotonic() - started:.1f} s to build, seed {args.seed})", flush=True)
         spark = S.session(args.master, "WARN", **{"spark.ui.showConsoleProgress": "false"})
@@ -115,7 +119,7 @@ def bench_spark(args: argparse.Namespace) -> int:
             ours(fast_path=False)
 
         def from_json():
-            spark.read.parquet(str(json_file)).select(F.explode(F.from_json("payload", json_type)).alias("x")) \
+            spark.read.parquet(str(json_dir)).select(F.explode(F.from_json("payload", json_type)).alias("x")) \
                 .select("x.seq", F.explode("x.r")).write.format("noop").mode("overwrite").save()
 
         def exchange():   # (a)'s floor: the landed rows to the Python workers and back, no decoding

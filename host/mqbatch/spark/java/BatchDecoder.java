@@ -201,7 +201,9 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
                             Options o) {
         if (payload == null || receivedUs == null || device(topic) == null) return null;
         int expected = expectedCount(props, o);
-        if (expected < 0 || payload.length > o.maxPayloadBytes) return null;
+        // a sub-message takes at least its 1-byte length prefix: more than that many cannot be "ok"
+        // (and the bounds array stays within the payload's size, whatever batch-size says)
+        if (expected < 0 || expected > payload.length || payload.length > o.maxPayloadBytes) return null;
         int[] bounds = split(payload, expected, o);
         if (bounds == null) return null;
         long receivedMs = Math.floorDiv(receivedUs, 1000L);
@@ -263,11 +265,23 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
 
     private static final Row NOT_FAST = RowFactory.create(false, null, null, null, null);
 
+    /** fastBounds, with any exception (a bug here) meaning "not fast": the Python decoders then
+     * take the row. Both UDFs decide through this one method, so they always agree. */
+    static int[] fastBoundsOrNull(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
+                                  Options o) {
+        try {
+            return fastBounds(topic, payload, props, receivedUs, o);
+        } catch (RuntimeException e) {
+            return null;
+        }
+    }
+
     @Override
     public Row call(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
                     String optionsText) {
-        int[] bounds = fastBounds(topic, payload, props, receivedUs, options(optionsText));
+        int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, options(optionsText));
         if (bounds == null) return NOT_FAST;
+        // from here on an exception fails the task (loudly): IsFast has said this row is ours
         int n = bounds.length / 2;
         Object[] recs = new Object[n];
         for (int k = 0; k < n; k++) recs[k] = record(payload, bounds[2 * k], bounds[2 * k + 1]);
@@ -283,7 +297,7 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
         public Boolean call(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
                             String optionsText) {
             if (holder == null) holder = new BatchDecoder();
-            return fastBounds(topic, payload, props, receivedUs, holder.options(optionsText)) != null;
+            return fastBoundsOrNull(topic, payload, props, receivedUs, holder.options(optionsText)) != null;
         }
     }
 }
