@@ -170,3 +170,40 @@ def test_spark_submit_ships_the_jar(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert f"--jars {jvm.jar()} " in dry.stdout
+
+
+MIXED = [publish([rec(), rec()]) for _ in range(3)] + [
+    publish([rec(15001)]), publish([rec(fmt="json")]), publish([rec()], topic="not/telemetry")]
+
+
+def test_decode_to_scans_once_when_every_row_is_fast_and_twice_otherwise(spark, tmp_path):
+    parts = []
+
+    def collect(rows, part):
+        parts.append((part, rows.toArrow()))
+
+    fast_only = pipeline.read_landing(spark, write_rows(tmp_path / "fast", MIXED[:3]))
+    took = pipeline.decode_to(fast_only, JobOptions(), collect)
+    assert took == {"fast": 3, "python": 0} and [p for p, _ in parts] == [0]
+
+    parts.clear()
+    mixed = pipeline.read_landing(spark, write_rows(tmp_path / "mixed", MIXED))
+    took = pipeline.decode_to(mixed, JobOptions(), collect, compact_rows=True)
+    assert took == {"fast": 3, "python": 3} and [p for p, _ in parts] == [0, 1]
+    def key(r):
+        return r["offset"], r["sub_index"] if r["sub_index"] is not None else -1, r["stage"] or "", r["reason"] or ""
+    got = sorted((r for _, t in parts for r in t.to_pylist()), key=key)
+    want = pipeline.decode(mixed, JobOptions(), compact_rows=True, fast_path=False).toArrow().to_pylist()
+    assert got == sorted(want, key=key)
+
+
+def test_a_landed_row_the_job_loses_fails_it_loudly(spark, tmp_path, monkeypatch):
+    """The batch job accounts for every landed row of the files (Parquet footers): should a
+    part of the decode step drop rows (here: the Python part returns nothing), it stops
+    before report.json instead of reporting less."""
+    landing = write_rows(tmp_path / "landing", MIXED)
+    monkeypatch.setattr(pipeline, "_decode_python", lambda landed, opts, compact: landed.limit(0).mapInArrow(
+        lambda batches: iter(()), pipeline.DECODED_SCHEMA))
+    with pytest.raises(RuntimeError, match="the landing files hold 6 rows but report.json accounted for 3"):
+        pipeline.run_batch(spark, landing, str(tmp_path / "out"), JobOptions())
+    assert not (tmp_path / "out" / "report.json").exists()

@@ -27,7 +27,7 @@ _EXPORTS = {
     "read_landing": "pipeline", "decode": "pipeline", "records": "pipeline", "quarantine": "pipeline",
     "record_rows": "pipeline", "quarantine_rows": "pipeline", "deduplicate": "pipeline",
     "boot_quality": "pipeline", "latency_percentiles": "pipeline", "build_report": "pipeline",
-    "write_report": "pipeline", "run_batch": "pipeline", "job_decode": "pipeline",
+    "write_report": "pipeline", "run_batch": "pipeline", "job_decode": "pipeline", "job_decode_to": "pipeline", "decode_to": "pipeline",
     "size_arrow_batches": "pipeline",
     "run_stream": "stream",
     "session": "job", "main": "job",

@@ -113,3 +113,11 @@ def scan(landing_dir: str) -> tuple[list[str], list[BadFile]]:
     if not pathlib.Path(landing_dir).is_dir():
         raise SystemExit(f"telemetry_job: landing zone {landing_dir!r} is not a directory")
     return split_files(landing_files(landing_dir))
+
+
+def row_count(paths: list[str]) -> int | None:
+    """The landed rows in these (readable, checked) local files, from their Parquet footers;
+    None when one is a URL (not read on the driver)."""
+    if any("://" in p for p in paths):
+        return None
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)

@@ -23,7 +23,7 @@ import pathlib
 import time
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -69,17 +69,63 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
     valid batches of binary records are decoded by a Java UDF inside the JVM, every other
     landed row by DECODE_ARROW in Python workers (mapInArrow), which names its reason;
     without it, every row goes through DECODE_ARROW. compact_rows (the batch job): valid
-    record rows come back without the landed columns records/ does not need (decoder.compact)."""
+    record rows come back without the landed columns records/ does not need (decoder.compact).
+    One lazy DataFrame: the two parts are a union, each scanning the landed rows
+    (decode_to scans them once when every row takes the fast path)."""
     landed = landed.select(*LANDED_COLUMNS)
+    if not _fast_path_on(landed, opts, fast_path):
+        return _decode_python(landed, opts, compact_rows)
+    fast = _fast_rows(landed.select("*", _jvm_decoded(opts)), compact_rows)
+    return fast.unionByName(_decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows))
+
+
+def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = False,
+              fast_path: bool | None = None) -> dict:
+    """The decode step as at most two Spark jobs: `write(rows, part)` is called with the
+    fast path's rows (part 0) and then, only if that job met landed rows the fast path
+    does not take, with the Python decoders' rows for those (part 1). So the landed rows
+    are scanned once when all of them take the fast path. Without the fast path: one
+    call with every row (part 0). Returns the landed rows per path:
+    {"fast": n or None, "python": m} (counted by the first job, Spark observed metrics)."""
+    landed = landed.select(*LANDED_COLUMNS)
+    if not _fast_path_on(landed, opts, fast_path):
+        write(_decode_python(landed, opts, compact_rows), 0)
+        return {"fast": None, "python": None}
+    global _observations
+    _observations += 1
+    seen = Observation(f"mqbatch-decode-{_observations}")
+    decoded = landed.select("*", _jvm_decoded(opts)).observe(
+        seen, F.count(F.when(F.col("_j.fast"), 1)).alias("fast"),
+        F.count(F.when(~F.col("_j.fast"), 1)).alias("python"))
+    write(_fast_rows(decoded, compact_rows), 0)
+    counts = {"fast": seen.get["fast"], "python": seen.get["python"]}
+    if counts["python"]:
+        write(_decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows), 1)
+    return counts
+
+
+_observations = 0
+
+
+def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -> bool:
     if fast_path is False or opts.hmac_keys or not jvm.registered(landed.sparkSession):
         if fast_path:
             raise RuntimeError("mqbatch.spark.decode(fast_path=True): the JVM fast path is not available "
                                "(--hmac-keys given, or the session lacks its jar; see stderr)")
-        return _decode_python(landed, opts, compact_rows)
+        return False
+    return True
+
+
+def _jvm_decoded(opts: JobOptions):
+    """Column _j: the fast path's struct (fast, batch_id, device, count, records) of a landed row."""
+    return F.call_udf(jvm.UDF_DECODE, *jvm.udf_args(opts)).alias("_j")
+
+
+def _fast_rows(with_j: DataFrame, compact_rows: bool) -> DataFrame:
+    """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path took (column _j)."""
     # posexplode_outer + a filter on the position: with a plain posexplode Spark infers a
     # filter on size(records) and evaluates the UDF three times per landed row
-    fast = (landed.select("*", F.call_udf(jvm.UDF_DECODE, *jvm.udf_args(opts)).alias("_j"))
-            .select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull()))
+    fast = with_j.select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull())
     null = {f.name: F.lit(None).cast(f.dataType) for f in DECODED_SCHEMA.fields}
     dropped = ("payload",) + (NOT_FOR_RECORDS if compact_rows else ())
     columns = {name: null[name] if name in dropped else F.col(name) for name in LANDED_COLUMNS}
@@ -92,9 +138,7 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
         "synced": F.col("_r.synced"), "boot": F.col("_r.boot"), "seq": F.col("_r.seq"),
         "device_time": F.timestamp_micros("_r.time_us"), "readings": F.col("_r.readings"),
         "dropped_total": F.col("_r.dropped_total")})
-    fast_rows = fast.select(*(columns[f.name].alias(f.name) for f in DECODED_SCHEMA.fields))
-    slow = landed.where(~jvm.is_fast(opts))
-    return fast_rows.unionByName(_decode_python(slow, opts, compact_rows))
+    return fast.select(*(columns[f.name].alias(f.name) for f in DECODED_SCHEMA.fields))
 
 
 def _decode_python(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
@@ -266,10 +310,19 @@ def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
 
 
 def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions, fast_path: bool | None = None) -> DataFrame:
-    """The batch job's decode step: compact rows (decoder.compact), the JVM fast path
-    when the session has it, Arrow batches sized to the options (size_arrow_batches)."""
+    """The job's decode step as one lazy DataFrame (the stream's micro-batches): compact rows
+    (decoder.compact), the JVM fast path when the session has it, Arrow batches sized to
+    the options (size_arrow_batches)."""
     size_arrow_batches(spark, opts)
     return decode(landed, opts, compact_rows=True, fast_path=fast_path)
+
+
+def job_decode_to(spark: SparkSession, landed: DataFrame, opts: JobOptions, write,
+                  fast_path: bool | None = None) -> dict:
+    """The batch job's decode step: as job_decode, written by `write(rows, part)` in at
+    most two parts (decode_to: one scan of the landing zone when every row is fast)."""
+    size_arrow_batches(spark, opts)
+    return decode_to(landed, opts, write, compact_rows=True, fast_path=fast_path)
 
 
 def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
@@ -348,9 +401,16 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
         paths, bad_files = landing_files.scan(landing)
         size_shuffle(spark, paths)
     staging = f"{out.rstrip('/')}/{STAGING}"
+    def stage(rows: DataFrame, part: int) -> None:     # row ids of part 1 are negative: no clash
+        ids = F.monotonically_increasing_id()
+        (rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+         .write.mode("overwrite" if part == 0 else "append").parquet(staging))
+
+    in_files = landing_files.row_count(paths)     # from the Parquet footers; None for URLs
     with _step(seconds, "decode (to staging)"):
-        (job_decode(spark, read_landing(spark, paths), opts)
-         .withColumn(ROW_ID, F.monotonically_increasing_id()).write.mode("overwrite").parquet(staging))
+        took = job_decode_to(spark, read_landing(spark, paths), opts, stage)
+    if took["fast"] is not None:
+        _account(in_files, took["fast"] + took["python"], "the decode step's two parts (JVM fast path, Python)")
     decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])) \
         .parquet(staging)
     arrivals = records(decoded)
@@ -371,5 +431,14 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
     finally:
         keys.unpersist()
         _remove(spark, staging)
+    _account(in_files, report["landed"], "report.json")
     write_report(report, pathlib.Path(out))
     return report
+
+
+def _account(in_files: int | None, decoded: int, what: str) -> None:
+    """Every landed row of the readable files must be accounted for (decoded or quarantined):
+    a difference is a bug of the job, said loudly instead of a report that misses rows."""
+    if in_files is not None and decoded != in_files:
+        raise RuntimeError(f"mqbatch.spark: the landing files hold {in_files} rows but {what} accounted for "
+                           f"{decoded}: a bug of the job; report.json is not written")
