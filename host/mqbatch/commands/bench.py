@@ -141,27 +141,30 @@ def bench_spark(args: argparse.Namespace) -> int:
         print("decode step: " + (f"JVM fast path on ({jvm.jar()}), the Python decoders for the other rows"
                                  if fast_path else "JVM fast path off (see above): the Python decoders only"),
               flush=True)
-        results = {}
+        results, warmups = {}, {}
         for name, fn in (("(a) mqbatch decode+validate+explode", ours), ("(b) from_json+explode (JSON arrays)", from_json),
                          ("(a1) (a) with the Python decoders only (JVM fast path off)", python_only),
                          ("(a0) the Arrow exchange of (a1) alone (mapInArrow returning no rows)", exchange),
                          ("(c) full batch job (records/, quarantine/, report)", full)):
-            times = []
-            for rep in range(args.repeat):
+            times, cold = [], []
+            for rep in range(-args.warmup, args.repeat):     # the warm-up runs (JIT, codegen) are not counted
                 group = f"bench-{name[:3]}-{rep}"
                 spark.sparkContext.setJobGroup(group, name)
                 t = time.monotonic()
                 fn()
-                times.append(time.monotonic() - t)
+                (cold if rep < 0 else times).append(time.monotonic() - t)
             results[name] = times
+            warmups[name] = cold
             jobs, stages, tasks = _spark_work(spark, group)
-            print(f"{name}: {_summary(times, n)}; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks",
-                  flush=True)
+            print(f"{name}: {_summary(times, n)}; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks"
+                  + (f"; warm-up run{'s' if len(cold) > 1 else ''} {', '.join(f'{c:.2f}' for c in cold)} s"
+                     if cold else ""), flush=True)
         print("(c) last run, seconds per step: " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
         a, b = (statistics.median(results[k]) for k in list(results)[:2])
         print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
         spark.stop()
     bench_out.write_result(args, "spark", {"records": n, "repeat": args.repeat, "seed": args.seed,
+                                           "warmup": args.warmup, "warmup_seconds": warmups,
                                            "jvm_fast_path": fast_path, "seconds": results, "ratio_a_over_b": b / a})
     return 0
 
@@ -174,7 +177,7 @@ def bench_ingest(args: argparse.Namespace) -> int:
 # `bench all`: every target in turn, each with its own defaults (or its smoke-test size with --quick)
 # (latency runs the demo and a Spark job, minutes: not in --quick)
 ALL = (("wire", ["--quick"]), ("device", ["--quick"]), ("ingest", ["--quick"]),
-       ("spark", ["--records", "20000", "--repeat", "1"]), ("latency", None))
+       ("spark", ["--records", "20000", "--repeat", "1", "--warmup", "0"]), ("latency", None))
 
 
 def bench_all(args: argparse.Namespace) -> int:
@@ -233,6 +236,8 @@ def register(sub) -> None:
     s = targets.add_parser("spark", help="records/s of the Spark pipeline (one session, 3 repetitions)")
     s.add_argument("--records", type=int, default=200_000, help="records in the generated landing zone (default 200,000)")
     s.add_argument("--repeat", type=int, default=3, help="repetitions of each measurement (default 3)")
+    s.add_argument("--warmup", type=int, default=1,
+                   help="untimed runs of each measurement first (JIT, codegen; their seconds are printed; default 1)")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
     bench_device.add_arguments(targets.add_parser(
