@@ -28,8 +28,10 @@ import zipfile
 SOURCE = pathlib.Path(__file__).resolve().with_name("java") / "BatchDecoder.java"
 CLASS = "mqbatch.jvm.BatchDecoder"
 UDF_DECODE, UDF_IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"
-# what javac needs of Spark: Row, RowFactory, UDF5 (spark-sql-api), UTF8String (spark-unsafe, and the Kryo interface it implements), Scala's Seq
-_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-unsafe_*.jar", "kryo-shaded-*.jar", "scala-library-*.jar")
+# what javac needs of Spark: Row, RowFactory, UDF5 (spark-sql-api), UTF8String (spark-unsafe, and the
+# Kryo interface it implements), LongAccumulator (spark-core), Scala's Seq
+_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-unsafe_*.jar", "kryo-shaded-*.jar", "spark-core_*.jar",
+                 "scala-library-*.jar")
 _notes: set[str] = set()
 
 
@@ -132,26 +134,41 @@ def is_fast(opts):
     return F.call_udf(UDF_IS_FAST, *udf_args(opts))
 
 
-def registered(spark) -> bool:
-    """Registers the two UDFs in this session when the JVM has the class; False (said
-    once) when it does not, e.g. a session started without spark.jars."""
+def result_type():
+    """The decoding UDF's result: struct(fast, batch_id, device, count, records)."""
     from pyspark.sql import types as T
     from mqbatch.spark.schema import READING
-    try:
-        spark._jvm.java.lang.Class.forName(CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
-    except Exception as e:   # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
-        _note(f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
-              f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}")
-        return False
     record = T.StructType([T.StructField("boot", T.LongType()), T.StructField("seq", T.LongType()),
                            T.StructField("kind", T.StringType()), T.StructField("synced", T.BooleanType()),
                            T.StructField("time_us", T.LongType()), T.StructField("start", T.IntegerType()),
                            T.StructField("length", T.IntegerType()),
                            T.StructField("readings", T.ArrayType(READING)),
                            T.StructField("dropped_total", T.LongType())])
-    result = T.StructType([T.StructField("fast", T.BooleanType()), T.StructField("batch_id", T.StringType()),
-                           T.StructField("device", T.StringType()), T.StructField("count", T.IntegerType()),
-                           T.StructField("records", T.ArrayType(record))])
-    spark.udf.registerJavaFunction(UDF_DECODE, CLASS, result)
+    return T.StructType([T.StructField("fast", T.BooleanType()), T.StructField("batch_id", T.StringType()),
+                         T.StructField("device", T.StringType()), T.StructField("count", T.IntegerType()),
+                         T.StructField("records", T.ArrayType(record))])
+
+
+def counting_udf(spark, name: str):
+    """Registers, under `name`, a decoding UDF that counts the landed rows it does not take;
+    returns its accumulator (read .value() after the Spark job that used the UDF: Spark
+    merges the counts of successful tasks; a recomputed stage can only count more)."""
+    accumulator = spark.sparkContext._jsc.sc().longAccumulator(name)
+    spark._jsparkSession.udf().register(name, spark._jvm.mqbatch.jvm.BatchDecoder(accumulator),
+                                        spark._jsparkSession.parseDataType(result_type().json()))
+    return accumulator
+
+
+def registered(spark) -> bool:
+    """Registers the two UDFs in this session when the JVM has the class; False (said
+    once) when it does not, e.g. a session started without spark.jars."""
+    from pyspark.sql import types as T
+    try:
+        spark._jvm.java.lang.Class.forName(CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
+    except Exception as e:   # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
+        _note(f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
+              f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}")
+        return False
+    spark.udf.registerJavaFunction(UDF_DECODE, CLASS, result_type())
     spark.udf.registerJavaFunction(UDF_IS_FAST, CLASS + "$IsFast", T.BooleanType())
     return True

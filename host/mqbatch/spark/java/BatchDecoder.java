@@ -9,6 +9,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF5;
 import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.LongAccumulator;
 
 /**
  * The JVM fast path of the Spark job's decoder (docs/spark.md, "JVM fast path").
@@ -83,6 +84,17 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
     }
 
     private transient Options options;
+    /** Counts the landed rows this UDF does not take (decode_to's second part runs only when
+     * it is not 0); null when Spark made the instance (registerJavaFunction). */
+    private final LongAccumulator notFast;
+
+    public BatchDecoder() {
+        this(null);
+    }
+
+    public BatchDecoder(LongAccumulator notFast) {
+        this.notFast = notFast;
+    }
 
     Options options(String text) {
         Options o = options;
@@ -280,7 +292,10 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
     public Row call(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
                     String optionsText) {
         int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, options(optionsText));
-        if (bounds == null) return NOT_FAST;
+        if (bounds == null) {
+            if (notFast != null) notFast.add(1);
+            return NOT_FAST;
+        }
         // from here on an exception fails the task (loudly): IsFast has said this row is ours
         int n = bounds.length / 2;
         Object[] recs = new Object[n];
