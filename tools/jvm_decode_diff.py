@@ -164,8 +164,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--groups", type=int, default=20, help="option sets (one Spark job pair each)")
+    p.add_argument("--groups", type=int, default=20,
+                   help="option sets (each a few Spark jobs whose rows are collected to the driver; at least "
+                        "one per 5,000 cases, so that a group fits the 1 GB local driver)")
     args = p.parse_args(argv)
+    args.groups = max(args.groups, -(-args.cases // 5000))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from mqbatch.spark import session

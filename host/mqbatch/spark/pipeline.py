@@ -2,14 +2,16 @@
 
     files, bad  = files.scan(landing)         readable landing files; the others quarantined by name
     landed      = read_landing(spark, files)  the recorder's Parquet files, as landed
-    decoded     = decode(landed, opts)        mapInArrow: DECODE_ARROW per Arrow batch
+    decoded     = decode(landed, opts)        JVM fast path (a Java UDF, mqbatch.spark.jvm) for valid
+                                              binary batches, mapInArrow + DECODE_ARROW for the rest
     bad rows    = quarantine(decoded)         malformed batches, bad topics, bad records, with reason
     arrivals    = records(decoded)            every valid record, duplicates included
     unique      = deduplicate(arrivals)       first arrival of each (device, boot, seq)
     report      = build_report(decoded, ...)  counts per reason, per-device quality
 
 `decoded` is computed once and records/, quarantine/ and the report are derived from it:
-run_batch writes the job's compact decoded rows (job_decode) once to OUT/_staging/decoded
+run_batch writes the job's compact decoded rows (job_decode_to: one scan of the landing
+zone when every row takes the fast path) once to OUT/_staging/decoded
 and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
 micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
