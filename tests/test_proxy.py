@@ -245,11 +245,16 @@ class Echo:
                     raw, buf = buf[:n], buf[n:]
                     self.got.append(raw)
                     out = self.answer(raw)
+                    if out == CLOSE:
+                        return
                     if out:
                         s.sendall(out)
 
     def close(self):
         self.srv.close()
+
+
+CLOSE = b"close"     # an answer of Echo's: close the connection
 
 
 def mini_broker(raw: bytes) -> bytes | None:
@@ -295,6 +300,27 @@ def test_proxy_relays_unchanged_records_and_counts():
         assert px.bytes_up == len(CONNECT) + len(PUBLISH_1) + 2 and px.bytes_down == len(CONNACK) + 4
         assert px.violations == [] and px.checker.batches == 1 and px.checker.batch_records == 2
         assert "PUBLISH qos=1 pid=1 topic=t/x" in px.trace()
+    echo.close()
+
+
+def test_what_the_client_sent_after_the_broker_closed_is_still_checked():
+    """The broker drops the connection (here at the first PUBLISH); the client has sent its
+    DISCONNECT and a packet after it by then. The proxy still reads and checks them: it used
+    to close the client's side as soon as the broker's ended, so under load the conformance
+    harness reported MQTT-AFTER-DISCONNECT as not tested instead of failed."""
+    echo = Echo(lambda raw: CLOSE if raw[0] >> 4 == 3 else mini_broker(raw))
+    with Proxy("127.0.0.1", echo.port) as px, socket.create_connection(("127.0.0.1", px.port)) as s:
+        s.sendall(CONNECT)
+        assert read_n(s, len(CONNACK)) == CONNACK
+        s.sendall(PUBLISH_1)
+        assert read_n(s, 1) == b""                      # the client sees the broker's close ...
+        s.sendall(H("e0 00") + H("c0 00"))               # ... and still sends DISCONNECT, then a PINGREQ
+        deadline = time.monotonic() + 5
+        while "MQTT-AFTER-DISCONNECT" not in [v.rule for v in px.violations] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [(r.direction, r.name) for r in px.packets()] == [
+            ("c2s", "CONNECT"), ("s2c", "CONNACK"), ("c2s", "PUBLISH"), ("c2s", "DISCONNECT"), ("c2s", "PINGREQ")]
+        assert [v.rule for v in px.violations] == ["MQTT-AFTER-DISCONNECT"]
     echo.close()
 
 

@@ -42,6 +42,7 @@ from mqbatch.conformance_session import C2S, S2C, Checker, Violation
 from mqbatch.conformance_wire import NAMES, Malformed, packet_len, parse
 
 _RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"   # SO_LINGER on, 0 s: close() sends RST
+DRAIN_S = 2.0   # after the broker closes, how long the client's already sent bytes are still read
 
 
 @dataclasses.dataclass
@@ -68,6 +69,8 @@ class _Conn:
         self.tls = False
         self.tls_framing = {C2S: TlsRecords(), S2C: TlsRecords()}
         self.segments_counted = False
+        self.broker_gone = False            # forwarding to the broker failed: the client's bytes are only checked
+        self.client_done = threading.Event()   # the client -> broker pump has ended
 
 
 class TlsRecords:
@@ -330,7 +333,7 @@ class Proxy:
                         self.tls_records[direction] += framing.records - before
                         self.tls_bytes[direction] += len(data)
                 if c.check is None or c.tls:
-                    self._forward(dst, data)
+                    self._send(c, direction, dst, data)
                     continue
                 buf += data
                 while buf:
@@ -350,6 +353,16 @@ class Proxy:
         except OSError:
             pass                # either side went away (or cut() reset it): end this direction
         finally:
+            if direction == C2S:
+                c.client_done.set()
+            else:
+                # the broker closed: the client sees it (half-close), and what the client had already
+                # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass        # the client is gone already
+                c.client_done.wait(DRAIN_S)
             with self._lock:        # the first pump to end counts, before either closes the sockets
                 if not c.segments_counted:
                     c.segments_counted = True
@@ -366,6 +379,18 @@ class Proxy:
             with self._lock:
                 if c.check is not None and self._conns.pop(c.number, None) is not None:
                     c.check.close()
+
+    def _send(self, c: _Conn, direction: str, dst: socket.socket, data: bytes) -> None:
+        """_forward; once the broker's side fails, the client's further bytes are only read
+        and checked (the broker closing the connection must not hide what the client sent)."""
+        if direction == C2S and c.broker_gone:
+            return
+        try:
+            self._forward(dst, data)
+        except OSError:
+            if direction != C2S:
+                raise
+            c.broker_gone = True
 
     def _forward(self, dst: socket.socket, data: bytes) -> None:
         self._flowing.wait()
@@ -398,7 +423,7 @@ class Proxy:
             if action in (None, "after") or rec.name not in ("PUBACK", "PUBREC", "PUBCOMP"):
                 c.check.feed(direction, raw)
         if action is None:
-            self._forward(dst, raw)
+            self._send(c, direction, dst, raw)
             return True
         if action == "mid":
             self._forward(dst, raw[:max(1, len(raw) // 2)])
