@@ -77,8 +77,7 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
     landed = landed.select(*LANDED_COLUMNS)
     if not _fast_path_on(landed, opts, fast_path):
         return _decode_python(landed, opts, compact_rows)
-    fast = _fast_rows(landed.select("*", F.call_udf(jvm.UDF_DECODE, *jvm.udf_args(opts)).alias("_j")), compact_rows)
-    return fast.unionByName(_decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows))
+    return _fast_rows(landed, opts, compact_rows, jvm.UDF_DECODE).unionByName(_python_rows(landed, opts, compact_rows))
 
 
 def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = False,
@@ -97,10 +96,10 @@ def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = F
     _calls += 1
     name = f"{jvm.UDF_DECODE}_{_calls}"          # its own UDF (and accumulator) per call
     not_fast = jvm.counting_udf(landed.sparkSession, name)
-    write(_fast_rows(landed.select("*", F.call_udf(name, *jvm.udf_args(opts)).alias("_j")), compact_rows), 0)
+    write(_fast_rows(landed, opts, compact_rows, name), 0)
     python = int(not_fast.value())
     if python:
-        write(_decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows), 1)
+        write(_python_rows(landed, opts, compact_rows), 1)
     return {"python": python}
 
 
@@ -116,12 +115,14 @@ def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -
     return True
 
 
-def _fast_rows(with_j: DataFrame, compact_rows: bool) -> DataFrame:
-    """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path took (column _j).
-    One selectExpr of SQL text: building ~40 Column objects over py4j took 0.08 s per query."""
+def _fast_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool, udf: str) -> DataFrame:
+    """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path takes, by the
+    decoding UDF registered as `udf` (its result is column _j). One selectExpr of SQL text:
+    building ~40 Column objects over py4j took 0.08 s per query."""
     # posexplode_outer + a filter on the position: with a plain posexplode Spark infers a
     # filter on size(records) and evaluates the UDF three times per landed row
-    fast = with_j.select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull())
+    fast = (landed.select("*", F.call_udf(udf, *jvm.udf_args(opts)).alias("_j"))
+            .select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull()))
     dropped = ("payload", "stage", "reason", "detail") + (NOT_FOR_RECORDS if compact_rows else ())
     sql = {name: name for name in LANDED_COLUMNS}
     sql.update({
@@ -132,6 +133,11 @@ def _fast_rows(with_j: DataFrame, compact_rows: bool) -> DataFrame:
         "readings": "_r.readings", "dropped_total": "_r.dropped_total"})
     return fast.selectExpr(*(f"CAST(NULL AS {f.dataType.simpleString()}) AS {f.name}" if f.name in dropped
                              else f"{sql[f.name]} AS {f.name}" for f in DECODED_SCHEMA.fields))
+
+
+def _python_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
+    """The decoded rows of the landed rows the fast path does not take (the exact complement)."""
+    return _decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows)
 
 
 def _decode_python(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
@@ -422,14 +428,14 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
     finally:
         keys.unpersist()
         _remove(spark, staging)
-    _account(in_files, report["landed"], "report.json")
+    _account(in_files, report["landed"])
     write_report(report, pathlib.Path(out))
     return report
 
 
-def _account(in_files: int | None, decoded: int, what: str) -> None:
-    """Every landed row of the readable files must be accounted for (decoded or quarantined):
+def _account(in_files: int | None, landed: int) -> None:
+    """Every landed row of the readable files must be in the report (decoded or quarantined):
     a difference is a bug of the job, said loudly instead of a report that misses rows."""
-    if in_files is not None and decoded != in_files:
-        raise RuntimeError(f"mqbatch.spark: the landing files hold {in_files} rows but {what} accounted for "
-                           f"{decoded}: a bug of the job; report.json is not written")
+    if in_files is not None and landed != in_files:
+        raise RuntimeError(f"mqbatch.spark: the landing files hold {in_files} rows but report.json accounted for "
+                           f"{landed}: a bug of the job; report.json is not written")
