@@ -114,7 +114,7 @@ def test_what_the_fast_path_takes_at_the_edges(spark, tmp_path, opts):
     names = list(EDGES)
     landed_df = pipeline.read_landing(spark, write_rows(tmp_path / "landing", [EDGES[n][0] for n in names]))
     assert jvm.registered(spark)
-    fast = {r.offset: r.fast for r in landed_df.select("offset", jvm.is_fast(opts).alias("fast")).collect()}
+    fast = {r.offset: r.fast for r in landed_df.select("offset", jvm.is_fast(spark, opts).alias("fast")).collect()}
     offsets = sorted(fast)
     got = {names[i]: fast[o] for i, o in enumerate(offsets)}
     assert got == {n: EDGES[n][1] for n in names}
@@ -125,16 +125,33 @@ def test_what_the_fast_path_takes_at_the_edges(spark, tmp_path, opts):
 
 
 def test_the_fast_path_runs_once_per_landed_row(spark, tmp_path):
-    """With a plain posexplode Spark infers a filter on size(records) and runs the UDF three
-    times per landed row; the plan must name each UDF once."""
+    """With a plain posexplode Spark infers a filter on size(records) and runs the decoder three
+    times per landed row; the plan must name each of its two functions once."""
     write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
     decoded = pipeline.job_decode(spark, pipeline.read_landing(spark, str(tmp_path / "landing")), JobOptions())
     plan = decoded._jdf.queryExecution().executedPlan().toString()
     # the scans list the filter as a DataFilter they cannot push down (not an evaluation)
     plan = "\n".join(line for line in plan.splitlines() if "FileScan" not in line)
-    assert plan.count(f"{jvm.UDF_DECODE}(") == 1, plan
-    assert plan.count(f"{jvm.UDF_IS_FAST}(") == 1, plan
+    assert plan.count("mqbatch.BatchDecoder(") == 2, plan
+    assert plan.count(").decode(topic") == 1, plan
+    assert plan.count(").isFast(topic") == 1, plan
     assert decoded.where(F.col("reason").isNull()).count() == 1
+
+
+def test_the_decoding_functions_name_a_wrong_call(spark, tmp_path):
+    """The session functions behind the fast path say what is wrong with a call, at analysis."""
+    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+    landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
+    jvm.is_fast(spark, JobOptions())
+    name = f"{jvm.IS_FAST}_{jvm._key(JobOptions())}"
+    with pytest.raises(Exception, match="takes 5 arguments"):
+        landed_df.selectExpr(f"{name}(topic, payload, user_properties)").collect()
+    with pytest.raises(Exception, match="last two arguments must not be nullable"):
+        landed_df.selectExpr(f"{name}(topic, payload, user_properties, unix_micros(received_at), "
+                             "received_at IS NULL)").collect()
+    # and with the arguments jvm.ARGUMENTS gives, a null received_at is "not fast", never null
+    fast = landed_df.selectExpr(f"{name}(topic, payload, user_properties, 0L, true) AS f").collect()
+    assert [r.f for r in fast] == [False]
 
 
 def test_hmac_keys_turn_the_fast_path_off(spark, tmp_path):

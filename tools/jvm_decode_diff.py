@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Differential run: the decode step with the JVM fast path (mqbatch.spark.jvm, a Java UDF
+"""Differential run: the decode step with the JVM fast path (mqbatch.spark.jvm, Java code
 for valid batches of binary records) against the same step without it (every row through
 the Python decoders, themselves held to the reference by tools/vdecode_diff.py), in Spark.
 
@@ -65,7 +65,7 @@ def compare_group(spark, rows: list[dict], opts, tmp: pathlib.Path, outcome: Out
     landed = pipeline.read_landing(spark, [str(path)])
     outcome.cases += len(rows)
     if opts.hmac_keys is None:
-        outcome.fast_landed += landed.where(jvm.is_fast(opts)).count()
+        outcome.fast_landed += landed.where(jvm.is_fast(spark, opts)).count()
     for compact in (False, True):
         want = _rows(pipeline.decode(landed, opts, compact, fast_path=False))
         got = _rows(pipeline.decode(landed, opts, compact, fast_path=True))

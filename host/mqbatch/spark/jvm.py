@@ -3,7 +3,9 @@
 `java/BatchDecoder.java` (shipped with the package as source) recognises the landed
 PUBLISHes that the reference decoder delivers whole (a valid batch of valid binary
 records on a valid telemetry topic) and decodes them inside the executors' JVM, as a
-Java UDF: no Python worker and no Arrow round trip for the common case. Every other
+function of the session that Spark's generated code calls with its own values and
+whose result is Spark's own rows (an Invoke expression, not a UDF: nothing is
+converted): no Python worker and no Arrow round trip for the common case. Every other
 landed row goes to the Python decoders (mqbatch.vdecode, reference: mqbatch.codec +
 mqbatch.records), which name its reason. The tests hold both paths to the same rows.
 
@@ -27,11 +29,16 @@ import zipfile
 
 SOURCE = pathlib.Path(__file__).resolve().with_name("java") / "BatchDecoder.java"
 CLASS = "mqbatch.jvm.BatchDecoder"
-UDF_DECODE, UDF_IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"
-# what javac needs of Spark: Row, RowFactory, UDF5 (spark-sql-api), UTF8String (spark-unsafe, and the
-# Kryo interface it implements), LongAccumulator (spark-core), Scala's Seq
-_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-unsafe_*.jar", "kryo-shaded-*.jar", "spark-core_*.jar",
-                 "scala-library-*.jar")
+DECODE, IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"     # the functions' name prefixes
+# their arguments, as SQL. Spark's Invoke makes the result null when a nullable argument of a
+# primitive parameter (the long) is null, whatever propagateNull says: that long is never null,
+# the flag after it says whether received_at is
+ARGUMENTS = "topic, payload, user_properties, coalesce(unix_micros(received_at), 0), received_at IS NULL"
+# what javac needs of Spark: InternalRow, ArrayData, the types (spark-sql-api), Invoke, Literal
+# (spark-catalyst), the classic SparkSession (spark-sql), UTF8String (spark-unsafe, and the Kryo
+# interface it implements), LongAccumulator (spark-core), Logging (spark-common-utils), Scala's Seq
+_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-catalyst_*.jar", "spark-sql_*.jar", "spark-unsafe_*.jar",
+                 "kryo-shaded-*.jar", "spark-core_*.jar", "spark-common-utils_*.jar", "scala-library-*.jar")
 _notes: set[str] = set()
 
 
@@ -121,21 +128,48 @@ def options_text(opts) -> str:
                                      int(bool(opts.allow_empty)), min(opts.max_future_s * 1000, big)))
 
 
-def udf_args(opts) -> list:
-    """The UDFs' arguments: topic, payload, user_properties, received_at in µs, the options."""
-    from pyspark.sql import functions as F
-    return [F.col("topic"), F.col("payload"), F.col("user_properties"), F.unix_micros("received_at"),
-            F.lit(options_text(opts))]
+def _function(spark, name: str, method: str, opts, accumulator, result) -> None:
+    """Registers `name` in the session: BatchDecoder.`method` on an instance holding the options."""
+    target = spark._jvm.mqbatch.jvm.BatchDecoder(options_text(opts), accumulator)
+    spark._jvm.mqbatch.jvm.BatchDecoder.register(spark._jsparkSession, name, target, method,
+                                                 spark._jsparkSession.parseDataType(result.json()))
 
 
-def is_fast(opts):
+def _key(opts) -> str:
+    return hashlib.sha256(options_text(opts).encode()).hexdigest()[:12]
+
+
+def is_fast(spark, opts):
     """Column: whether the fast path decodes this landed row (the Python decoders take the others)."""
     from pyspark.sql import functions as F
-    return F.call_udf(UDF_IS_FAST, *udf_args(opts))
+    from pyspark.sql import types as T
+    name = f"{IS_FAST}_{_key(opts)}"
+    _function(spark, name, "isFast", opts, None, T.BooleanType())
+    return F.expr(f"{name}({ARGUMENTS})")
+
+
+_counting = 0
+
+
+def decoded(spark, opts, counting: bool = False):
+    """(Column, accumulator): the decoded landed row (result_type()). counting: with a Spark
+    accumulator of its own that counts the landed rows the fast path does not take (read
+    .value() after the Spark job that evaluated the column: Spark merges the counts of
+    successful tasks; a recomputed stage can only count more); else the accumulator is None."""
+    from pyspark.sql import functions as F
+    global _counting
+    accumulator = None
+    name = f"{DECODE}_{_key(opts)}"
+    if counting:
+        _counting += 1
+        name = f"{DECODE}_{_counting}"
+        accumulator = spark.sparkContext._jsc.sc().longAccumulator(name)
+    _function(spark, name, "decode", opts, accumulator, result_type())
+    return F.expr(f"{name}({ARGUMENTS})"), accumulator
 
 
 def result_type():
-    """The decoding UDF's result: struct(fast, batch_id, device, count, records)."""
+    """The decoding function's result: struct(fast, batch_id, device, count, records)."""
     from pyspark.sql import types as T
     from mqbatch.spark.schema import READING
     record = T.StructType([T.StructField("boot", T.LongType()), T.StructField("seq", T.LongType()),
@@ -149,26 +183,13 @@ def result_type():
                          T.StructField("records", T.ArrayType(record))])
 
 
-def counting_udf(spark, name: str):
-    """Registers, under `name`, a decoding UDF that counts the landed rows it does not take;
-    returns its accumulator (read .value() after the Spark job that used the UDF: Spark
-    merges the counts of successful tasks; a recomputed stage can only count more)."""
-    accumulator = spark.sparkContext._jsc.sc().longAccumulator(name)
-    spark._jsparkSession.udf().register(name, spark._jvm.mqbatch.jvm.BatchDecoder(accumulator),
-                                        spark._jsparkSession.parseDataType(result_type().json()))
-    return accumulator
-
-
 def registered(spark) -> bool:
-    """Registers the two UDFs in this session when the JVM has the class; False (said
-    once) when it does not, e.g. a session started without spark.jars."""
-    from pyspark.sql import types as T
+    """Whether the session's JVM has the fast path's class; False (said once) when it does
+    not, e.g. a session started without spark.jars."""
     try:
         spark._jvm.java.lang.Class.forName(CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
     except Exception as e:   # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
         _note(f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
               f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}")
         return False
-    spark.udf.registerJavaFunction(UDF_DECODE, CLASS, result_type())
-    spark.udf.registerJavaFunction(UDF_IS_FAST, CLASS + "$IsFast", T.BooleanType())
     return True

@@ -2,7 +2,7 @@
 
     files, bad  = files.scan(landing)         readable landing files; the others quarantined by name
     landed      = read_landing(spark, files)  the recorder's Parquet files, as landed
-    decoded     = decode(landed, opts)        JVM fast path (a Java UDF, mqbatch.spark.jvm) for valid
+    decoded     = decode(landed, opts)        JVM fast path (Java, mqbatch.spark.jvm) for valid
                                               binary batches, mapInArrow + DECODE_ARROW for the rest
     bad rows    = quarantine(decoded)         malformed batches, bad topics, bad records, with reason
     arrivals    = records(decoded)            every valid record, duplicates included
@@ -25,7 +25,7 @@ import pathlib
 import time
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -68,7 +68,7 @@ def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
 def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast_path: bool | None = None) -> DataFrame:
     """The decoded rows (DECODED_SCHEMA) of the landed rows. With the JVM fast path
     (mqbatch.spark.jvm; fast_path None = when the session has it, never with --hmac-keys):
-    valid batches of binary records are decoded by a Java UDF inside the JVM, every other
+    valid batches of binary records are decoded by Java code inside the JVM, every other
     landed row by DECODE_ARROW in Python workers (mapInArrow), which names its reason;
     without it, every row goes through DECODE_ARROW. compact_rows (the batch job): valid
     record rows come back without the landed columns records/ does not need (decoder.compact).
@@ -77,7 +77,8 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
     landed = landed.select(*LANDED_COLUMNS)
     if not _fast_path_on(landed, opts, fast_path):
         return _decode_python(landed, opts, compact_rows)
-    return _fast_rows(landed, opts, compact_rows, jvm.UDF_DECODE).unionByName(_python_rows(landed, opts, compact_rows))
+    fast = _fast_rows(landed, opts, compact_rows, jvm.decoded(landed.sparkSession, opts)[0])
+    return fast.unionByName(_python_rows(landed, opts, compact_rows))
 
 
 def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = False,
@@ -87,23 +88,18 @@ def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = F
     does not take, with the Python decoders' rows for those (part 1). So the landed rows
     are scanned once when all of them take the fast path. Without the fast path: one
     call with every row (part 0). Returns {"python": landed rows of part 1} (counted by
-    the first job's UDF in a Spark accumulator; None without the fast path)."""
+    the first job's decoder in a Spark accumulator; None without the fast path)."""
     landed = landed.select(*LANDED_COLUMNS)
     if not _fast_path_on(landed, opts, fast_path):
         write(_decode_python(landed, opts, compact_rows), 0)
         return {"python": None}
-    global _calls
-    _calls += 1
-    name = f"{jvm.UDF_DECODE}_{_calls}"          # its own UDF (and accumulator) per call
-    not_fast = jvm.counting_udf(landed.sparkSession, name)
-    write(_fast_rows(landed, opts, compact_rows, name), 0)
+    decoded, not_fast = jvm.decoded(landed.sparkSession, opts, counting=True)   # its own accumulator
+    write(_fast_rows(landed, opts, compact_rows, decoded), 0)
     python = int(not_fast.value())
     if python:
         write(_python_rows(landed, opts, compact_rows), 1)
     return {"python": python}
 
-
-_calls = 0
 
 
 def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -> bool:
@@ -115,13 +111,13 @@ def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -
     return True
 
 
-def _fast_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool, udf: str) -> DataFrame:
-    """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path takes, by the
-    decoding UDF registered as `udf` (its result is column _j). One selectExpr of SQL text:
+def _fast_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool, decoded: Column) -> DataFrame:
+    """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path takes, by
+    `decoded` (jvm.decoded: its result is column _j). One selectExpr of SQL text:
     building ~40 Column objects over py4j took 0.08 s per query."""
     # posexplode_outer + a filter on the position: with a plain posexplode Spark infers a
-    # filter on size(records) and evaluates the UDF three times per landed row
-    fast = (landed.select("*", F.call_udf(udf, *jvm.udf_args(opts)).alias("_j"))
+    # filter on size(records) and evaluates the decoder three times per landed row
+    fast = (landed.select("*", decoded.alias("_j"))
             .select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull()))
     dropped = ("payload", "stage", "reason", "detail") + (NOT_FOR_RECORDS if compact_rows else ())
     sql = {name: name for name in LANDED_COLUMNS}
@@ -137,7 +133,7 @@ def _fast_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool, udf: str
 
 def _python_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
     """The decoded rows of the landed rows the fast path does not take (the exact complement)."""
-    return _decode_python(landed.where(~jvm.is_fast(opts)), opts, compact_rows)
+    return _decode_python(landed.where(~jvm.is_fast(landed.sparkSession, opts)), opts, compact_rows)
 
 
 def _decode_python(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:

@@ -1,21 +1,29 @@
 package mqbatch.jvm;
 
+import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
-import java.util.ArrayList;
 
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF5;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.Literal;
+import org.apache.spark.sql.catalyst.expressions.objects.Invoke;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.types.AbstractDataType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.ObjectType;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.LongAccumulator;
 
 /**
  * The JVM fast path of the Spark job's decoder (docs/spark.md, "JVM fast path").
  *
- * One landed PUBLISH in (topic, payload, user properties, received_at in microseconds,
- * the job's options), its valid telemetry records out, decoded inside the executor's
+ * One landed PUBLISH in (topic, payload, user properties, received_at in microseconds and
+ * whether it is null), its valid telemetry records out, decoded inside the executor's
  * JVM: no Python worker, no Arrow exchange. It accepts a PUBLISH only when the
  * reference decoder (mqbatch.codec.decode + mqbatch.records.parse, mqbatch.spark.decoder)
  * would deliver it whole: batch status ok, a telemetry topic with a valid device id,
@@ -25,14 +33,19 @@ import org.apache.spark.util.LongAccumulator;
  * decoders, which name the reason. So this class never decides a reason code; it
  * only recognises the valid case, and the differential tests hold it to the reference.
  *
- * Options string: "max_batch_size,max_payload_bytes,allow_empty(0|1),max_future_ms".
- * Result (BatchDecoder): struct(fast, batch_id, device, count, records) where records is
+ * It reaches SQL as two functions of the session (register): an Invoke of decode or
+ * isFast on one instance, which holds the job's options. Spark's generated code calls
+ * them with its own values (UTF8String, byte[], ArrayData, long) and takes the result
+ * as Spark's own rows: nothing is converted on the way in or out.
+ *
+ * Options: "max_batch_size,max_payload_bytes,allow_empty(0|1),max_future_ms".
+ * decode returns struct(fast, batch_id, device, count, records) where records is
  * array<struct<boot, seq, kind, synced, time_us, start, length, readings, dropped_total>>
- * (start and length: the record's bytes in the payload) (null when not
- * fast). IsFast returns the "fast" flag alone, without building any record.
+ * (start and length: the record's bytes in the payload; all but fast null when not
+ * fast). isFast returns the "fast" flag alone, without building any record.
  */
-public final class BatchDecoder implements UDF5<String, byte[], scala.collection.Seq<Row>, Long, String, Row> {
-    private static final long serialVersionUID = 1L;
+public final class BatchDecoder implements Serializable {
+    private static final long serialVersionUID = 2L;
 
     // -- records.py: channels, kinds, layout ------------------------------------------
     static final int HEADER = 18, READING = 5, MAX_READINGS = 32;
@@ -83,23 +96,27 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
         }
     }
 
-    private transient Options options;
-    /** Counts the landed rows this UDF does not take (decode_to's second part runs only when
-     * it is not 0); null when Spark made the instance (registerJavaFunction). */
+    private final String optionsText;
+    /** Counts the landed rows decode does not take (decode_to's second part runs only when
+     * it is not 0), or null. */
     private final LongAccumulator notFast;
+    private transient Options options;
 
-    public BatchDecoder() {
-        this(null);
-    }
-
-    public BatchDecoder(LongAccumulator notFast) {
+    public BatchDecoder(String optionsText, LongAccumulator notFast) {
+        this.options = new Options(optionsText);          // a bad options text fails here, on the driver
+        this.optionsText = optionsText;
         this.notFast = notFast;
     }
 
-    Options options(String text) {
+    Options options() {
         Options o = options;
-        if (o == null || !o.text.equals(text)) options = o = new Options(text);
+        if (o == null) options = o = new Options(optionsText);   // after deserialisation on an executor
         return o;
+    }
+
+    @Override
+    public String toString() {
+        return "mqbatch.BatchDecoder(" + optionsText + (notFast != null ? ", counting" : "") + ")";
     }
 
     // -- the checks ------------------------------------------------------------------
@@ -128,16 +145,29 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
         return (k == expected && pos == len) ? bounds : null;
     }
 
+    /** The user properties as key, value, key, value, ...; null when a property, key or value is null. */
+    static String[] properties(ArrayData props) {
+        if (props == null) return null;
+        int n = props.numElements();
+        String[] kv = new String[2 * n];
+        for (int i = 0; i < n; i++) {
+            if (props.isNullAt(i)) return null;
+            InternalRow r = props.getStruct(i, 2);
+            if (r.isNullAt(0) || r.isNullAt(1)) return null;
+            kv[2 * i] = r.getUTF8String(0).toString();
+            kv[2 * i + 1] = r.getUTF8String(1).toString();
+        }
+        return kv;
+    }
+
     /** The batch-size of properties the reference accepts (one batch-format "v1", one
      * batch-size within the limit, every key and value copied verbatim by json.dumps), else -1. */
-    static int expectedCount(scala.collection.Seq<Row> props, Options o) {
-        if (props == null) return -1;
+    static int expectedCount(String[] kv, Options o) {
+        if (kv == null) return -1;
         String format = null, size = null;
         int nFormat = 0, nSize = 0;
-        for (int i = 0, n = props.length(); i < n; i++) {
-            Row r = props.apply(i);
-            if (r == null || r.isNullAt(0) || r.isNullAt(1)) return -1;
-            String k = r.getString(0), v = r.getString(1);
+        for (int i = 0; i < kv.length; i += 2) {
+            String k = kv[i], v = kv[i + 1];
             if (!jsonVerbatim(k) || !jsonVerbatim(v)) return -1;
             if (k.equals("batch-format")) { format = v; nFormat++; }
             else if (k.equals("batch-size")) { size = v; nSize++; }
@@ -209,9 +239,9 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
     }
 
     /** The sub-message bounds when the whole PUBLISH takes the fast path, else null. */
-    static int[] fastBounds(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
+    static int[] fastBounds(String topic, byte[] payload, String[] props, long receivedUs, boolean noReceivedAt,
                             Options o) {
-        if (payload == null || receivedUs == null || device(topic) == null) return null;
+        if (payload == null || noReceivedAt || device(topic) == null) return null;
         int expected = expectedCount(props, o);
         // a sub-message takes at least its 1-byte length prefix: more than that many cannot be "ok"
         // (and the bounds array stays within the payload's size, whatever batch-size says)
@@ -232,16 +262,15 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
             throw new IllegalStateException(e);
         }
     });
-    private static final char[] HEX = "0123456789abcdef".toCharArray();
+    private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
     /** mqbatch.spark.decoder._batch_id: sha-256 of topic, 0, json.dumps(properties), 0, payload;
      * 32 hex digits. Only called for topics and properties of printable ASCII (fastBounds). */
-    static String batchId(String topic, scala.collection.Seq<Row> props, byte[] payload) {
+    static UTF8String batchId(String topic, String[] props, byte[] payload) {
         StringBuilder json = new StringBuilder(64).append('[');
-        for (int i = 0, n = props.length(); i < n; i++) {
-            Row r = props.apply(i);
+        for (int i = 0; i < props.length; i += 2) {
             if (i > 0) json.append(", ");
-            json.append("[\"").append(r.getString(0)).append("\", \"").append(r.getString(1)).append("\"]");
+            json.append("[\"").append(props[i]).append("\", \"").append(props[i + 1]).append("\"]");
         }
         json.append(']');
         MessageDigest sha = SHA256.get();
@@ -252,67 +281,89 @@ public final class BatchDecoder implements UDF5<String, byte[], scala.collection
         sha.update((byte) 0);
         sha.update(payload);
         byte[] d = sha.digest();
-        char[] out = new char[32];
+        byte[] out = new byte[32];
         for (int i = 0; i < 16; i++) {
             out[2 * i] = HEX[(d[i] >> 4) & 0xf];
             out[2 * i + 1] = HEX[d[i] & 0xf];
         }
-        return new String(out);
+        return UTF8String.fromBytes(out);
     }
 
-    static Row record(byte[] p, int s, int n) {
+    /** One record as Spark's row: struct(boot, seq, kind, synced, time_us, start, length,
+     * readings array<struct<channel, name, value, scaled>>, dropped_total). */
+    static InternalRow record(byte[] p, int s, int n) {
         int count = p[s + 3] & 0xff;
         Object[] readings = new Object[count];
-        Long dropped = null;
+        Object dropped = null;
         for (int i = 0; i < count; i++) {
             int at = s + HEADER + READING * i, ch = p[at] & 0xff;
             long v = i32(p, at + 1);
-            readings[i] = RowFactory.create(ch, NAME[ch], v, v / DIVISOR[ch]);
+            readings[i] = new GenericInternalRow(new Object[]{ch, NAME[ch], v, v / DIVISOR[ch]});
             if (ch == DROPPED_TOTAL && dropped == null) dropped = v;
         }
         long timeMs = (EPOCH_2020_S + u32(p, s + 12)) * 1000 + ((p[s + 16] & 0xff) | (p[s + 17] & 0xff) << 8);
-        return RowFactory.create(u32(p, s + 4), u32(p, s + 8), KINDS[p[s + 1]], (p[s + 2] & 1) == 1,
-                                 timeMs * 1000, s, n, readings, dropped);
+        return new GenericInternalRow(new Object[]{u32(p, s + 4), u32(p, s + 8), KINDS[p[s + 1]], (p[s + 2] & 1) == 1,
+                                                   timeMs * 1000, s, n, new GenericArrayData(readings), dropped});
     }
 
-    private static final Row NOT_FAST = RowFactory.create(false, null, null, null, null);
-
     /** fastBounds, with any exception (a bug here) meaning "not fast": the Python decoders then
-     * take the row. Both UDFs decide through this one method, so they always agree. */
-    static int[] fastBoundsOrNull(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
-                                  Options o) {
+     * take the row. decode and isFast decide through this one method, so they always agree. */
+    static int[] fastBoundsOrNull(UTF8String topic, byte[] payload, ArrayData props, long receivedUs,
+                                  boolean noReceivedAt, Options o) {
         try {
-            return fastBounds(topic, payload, props, receivedUs, o);
+            return fastBounds(topic == null ? null : topic.toString(), payload, properties(props), receivedUs,
+                              noReceivedAt, o);
         } catch (RuntimeException e) {
             return null;
         }
     }
 
-    @Override
-    public Row call(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
-                    String optionsText) {
-        int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, options(optionsText));
+    /** The decoded landed row: struct(fast, batch_id, device, count, records), all but fast null
+     * when the fast path does not take it (then counted in notFast). */
+    public InternalRow decode(UTF8String topic, byte[] payload, ArrayData props, long receivedUs,
+                              boolean noReceivedAt) {
+        int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options());
         if (bounds == null) {
             if (notFast != null) notFast.add(1);
-            return NOT_FAST;
+            return new GenericInternalRow(new Object[]{false, null, null, null, null});
         }
-        // from here on an exception fails the task (loudly): IsFast has said this row is ours
+        // from here on an exception fails the task (loudly): fastBounds has said this row is ours
         int n = bounds.length / 2;
         Object[] recs = new Object[n];
         for (int k = 0; k < n; k++) recs[k] = record(payload, bounds[2 * k], bounds[2 * k + 1]);
-        return RowFactory.create(true, batchId(topic, props, payload), device(topic), n, recs);
+        String t = topic.toString();
+        return new GenericInternalRow(new Object[]{true, batchId(t, properties(props), payload),
+                                                   UTF8String.fromString(device(t)), n, new GenericArrayData(recs)});
     }
 
     /** The "fast" flag alone: which landed rows the Python decoders must take. */
-    public static final class IsFast implements UDF5<String, byte[], scala.collection.Seq<Row>, Long, String, Boolean> {
-        private static final long serialVersionUID = 1L;
-        private transient BatchDecoder holder;
+    public boolean isFast(UTF8String topic, byte[] payload, ArrayData props, long receivedUs, boolean noReceivedAt) {
+        return fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options()) != null;
+    }
 
-        @Override
-        public Boolean call(String topic, byte[] payload, scala.collection.Seq<Row> props, Long receivedUs,
-                            String optionsText) {
-            if (holder == null) holder = new BatchDecoder();
-            return fastBoundsOrNull(topic, payload, props, receivedUs, holder.options(optionsText)) != null;
-        }
+    // -- SQL -----------------------------------------------------------------------------
+    /** Registers `name` in the session as a function of (topic, payload, user_properties,
+     * received_at in microseconds, received_at is null) that calls `method` ("decode" or
+     * "isFast") on `target`, returning `type`. */
+    @SuppressWarnings("unchecked")
+    public static void register(SparkSession session, String name, BatchDecoder target, String method, DataType type) {
+        if (!method.equals("decode") && !method.equals("isFast"))
+            throw new IllegalArgumentException("mqbatch BatchDecoder.register: no method " + method);
+        Literal object = new Literal(target, new ObjectType(BatchDecoder.class));
+        scala.collection.immutable.Seq<AbstractDataType> anyTypes =
+            (scala.collection.immutable.Seq<AbstractDataType>) (Object) scala.collection.immutable.Nil$.MODULE$;
+        scala.Function1<scala.collection.immutable.Seq<Expression>, Expression> builder = args -> {
+            if (args.length() != 5)
+                throw new IllegalArgumentException(name + " takes 5 arguments (topic, payload, user_properties, "
+                                                   + "coalesce(unix_micros(received_at), 0), received_at IS NULL), not "
+                                                   + args.length());
+            if (args.apply(3).nullable() || args.apply(4).nullable())
+                throw new IllegalArgumentException(name + ": its last two arguments must not be nullable");
+            // propagateNull false: a null topic, payload or property list reaches the method (and
+            // means "not fast"); a null for the long would make the result null (so it is never null);
+            // returnNullable false: neither method returns null
+            return new Invoke(object, method, type, args, anyTypes, false, false, true);
+        };
+        session.sessionState().functionRegistry().createOrReplaceTempFunction(name, builder, "scala_udf");
     }
 }
