@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mqbatch import codec
-from mqbatch.spark import files as landing_files, jvm
+from mqbatch.spark import arrival, files as landing_files, jvm
 from mqbatch.spark.decoder import decode_vectorised
 from mqbatch.spark.options import JobOptions
 from mqbatch.vdecode import NOT_FOR_RECORDS
@@ -43,6 +43,7 @@ from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS,
 DECODE_ARROW = decode_vectorised
 
 BYTES_PER_SHUFFLE_PARTITION = 64 << 20
+BYTES_PER_SPLIT = 16 << 20
 # decoded rows per Arrow batch handed back to the JVM: one landed batch of 10,000
 # PUBLISHes (spark.sql.execution.arrow.maxRecordsPerBatch) of 100 records decodes
 # into 1,000,000 rows; returned whole it needs a JVM heap of that size (1 M records
@@ -177,25 +178,28 @@ def record_output(unique: DataFrame) -> DataFrame:
 def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     """Per (device, boot) of the unique records: unique, out-of-order, missing (older than
     the reorder window), pending (gaps still inside it), max seq, dropped on the device.
-    The three windows share one partitioning by (device, boot)."""
-    boot = Window.partitionBy("device", "boot")
-    by_arrival = boot.orderBy(*ARRIVAL_ORDER).rowsBetween(Window.unboundedPreceding, -1)
-    by_seq = boot.orderBy("seq")
-    flagged = (unique
-               .withColumn("out_of_order", F.coalesce(F.col("seq") < F.max("seq").over(by_arrival), F.lit(False)))
-               .withColumn("prev_seq", F.coalesce(F.lag("seq").over(by_seq), F.lit(-1)))
-               .withColumn("max_seq", F.max("seq").over(boot)))
-    # the gap before each record holds seqs prev+1 .. seq-1; those <= max_seq - window are lost
-    lost_hi = F.least(F.col("seq") - 1, F.col("max_seq") - opts.reorder_window)
-    flagged = (flagged.withColumn("gap", F.col("seq") - F.col("prev_seq") - 1)
-               .withColumn("lost", F.greatest(F.lit(0), lost_hi - F.col("prev_seq"))))
-    return flagged.groupBy("device", "boot").agg(
-        F.count("*").alias("unique"),
-        F.sum(F.col("out_of_order").cast("long")).alias("out_of_order"),
-        F.sum("lost").alias("missing"),
-        F.sum(F.col("gap") - F.col("lost")).alias("pending"),
-        F.max("seq").alias("max_seq"),
-        F.max("dropped_total").alias("dropped_on_device"))
+
+    No window over a whole boot (Spark buffers such a window's rows and, short of memory,
+    spills them into many files whose readers each take a 1 MB heap buffer: 10 M records
+    ran a 768 MB driver out of memory): the seqs of a boot are unique, so its absent seqs
+    are max_seq + 1 - unique, of which `missing` are those at or below max_seq - window
+    (absent seqs below a record are gaps before it); out-of-order records are counted
+    streaming in arrival order (arrival.count_out_of_order)."""
+    per_boot = unique.groupBy("device", "boot").agg(
+        F.count("*").alias("unique"), F.max("seq").alias("max_seq"), F.max("dropped_total").alias("dropped_on_device"))
+    limit = per_boot.select("device", "boot", (F.col("max_seq") - F.lit(opts.reorder_window)).alias("_limit"))
+    old = (unique.select("device", "boot", "seq").join(F.broadcast(limit), ["device", "boot"])
+           .groupBy("device", "boot")
+           .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old")))
+    late = (unique.select("device", "boot", "seq", *ARRIVAL_ORDER).repartition("device", "boot")
+            .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER).select("device", "boot", "seq")
+            .mapInArrow(arrival.count_out_of_order, "device string, boot bigint, out_of_order bigint")
+            .groupBy("device", "boot").agg(F.sum("out_of_order").alias("out_of_order")))
+    missing = F.when(F.col("_limit") >= 0, F.col("_limit") + 1 - F.col("_old")).otherwise(F.lit(0)).cast("long")
+    return (per_boot.join(old, ["device", "boot"]).join(late, ["device", "boot"])
+            .select("device", "boot", "unique", "out_of_order", missing.alias("missing"),
+                    (F.col("max_seq") + 1 - F.col("unique") - missing).alias("pending"), "max_seq",
+                    "dropped_on_device"))
 
 
 def latency_percentiles(unique: DataFrame) -> DataFrame:
@@ -322,12 +326,18 @@ def job_decode_to(spark: SparkSession, landed: DataFrame, opts: JobOptions, writ
 
 def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
     """Shuffle partitions sized to the input (unless configured explicitly): one per
-    64 MiB of landing files, at least the default parallelism, at most 200."""
+    64 MiB of landing files, at least the default parallelism, at most 200; file splits of
+    at most 16 MiB."""
     if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
         return
     size = sum(os.path.getsize(p) for p in paths if "://" not in p and os.path.isfile(p))
     n = max(spark.sparkContext.defaultParallelism, math.ceil(size / BYTES_PER_SHUFFLE_PARTITION))
     spark.conf.set("spark.sql.shuffle.partitions", str(min(n, 200)))
+    # and file splits of at most BYTES_PER_SPLIT (unless configured): a task sorts at most that
+    # much Parquet for records/ (Spark's default, 128 MiB of the staging copy, is about 7 M
+    # records; sorted in a 512 MB driver, the spill files' read buffers ran it out of memory)
+    if not spark.sparkContext.getConf().contains("spark.sql.files.maxPartitionBytes"):
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(BYTES_PER_SPLIT))
 
 
 # -- batch mode -----------------------------------------------------------------------
