@@ -28,6 +28,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from mqbatch import codec
 from mqbatch.spark import arrival, files as landing_files, jvm
@@ -78,7 +79,7 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
     landed = landed.select(*LANDED_COLUMNS)
     if not _fast_path_on(landed, opts, fast_path):
         return _decode_python(landed, opts, compact_rows)
-    fast = _fast_rows(landed, opts, compact_rows, jvm.decoded(landed.sparkSession, opts)[0])
+    fast = _fast_rows(landed, compact_rows, jvm.decoded(landed.sparkSession, opts)[0])
     return fast.unionByName(_python_rows(landed, opts, compact_rows))
 
 
@@ -95,7 +96,7 @@ def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = F
         write(_decode_python(landed, opts, compact_rows), 0)
         return {"python": None}
     decoded, not_fast = jvm.decoded(landed.sparkSession, opts, counting=True)   # its own accumulator
-    write(_fast_rows(landed, opts, compact_rows, decoded), 0)
+    write(_fast_rows(landed, compact_rows, decoded), 0)
     python = int(not_fast.value())
     if python:
         write(_python_rows(landed, opts, compact_rows), 1)
@@ -112,7 +113,7 @@ def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -
     return True
 
 
-def _fast_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool, decoded: Column) -> DataFrame:
+def _fast_rows(landed: DataFrame, compact_rows: bool, decoded: Column) -> DataFrame:
     """The decoded rows (DECODED_SCHEMA) of the landed rows the fast path takes, by
     `decoded` (jvm.decoded: its result is column _j). One selectExpr of SQL text:
     building ~40 Column objects over py4j took 0.08 s per query."""
@@ -193,7 +194,7 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
            .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old")))
     late = (unique.select("device", "boot", "seq", *ARRIVAL_ORDER).repartition("device", "boot")
             .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER).select("device", "boot", "seq")
-            .mapInArrow(arrival.count_out_of_order, "device string, boot bigint, out_of_order bigint")
+            .mapInArrow(arrival.count_out_of_order, from_arrow_schema(arrival.SCHEMA))
             .groupBy("device", "boot").agg(F.sum("out_of_order").alias("out_of_order")))
     missing = F.when(F.col("_limit") >= 0, F.col("_limit") + 1 - F.col("_old")).otherwise(F.lit(0)).cast("long")
     return (per_boot.join(old, ["device", "boot"]).join(late, ["device", "boot"])
