@@ -58,7 +58,7 @@ class SlotCounter:
         self._buf = bytearray(SLOT_SIZE)
         a = self._read(0)
         b = self._read(1)
-        self._low = 0 if a <= b else 1      # the slot written first by store()
+        self._slot = 0 if a <= b else 1     # the slot store() writes first
         self.value = max(a, b, 0)
         self.doubt = a != b
 
@@ -91,7 +91,7 @@ class SlotCounter:
                              % (self.path, value, self.value, U32_MAX))
         struct.pack_into("<4sI", self._buf, 0, self.tag, value)
         struct.pack_into("<I", self._buf, 8, crc32(memoryview(self._buf)[:8]))
-        for slot in (self._low, 1 - self._low):
+        for slot in (self._slot, 1 - self._slot):
             with open(self._name(slot), "wb") as f:
                 f.write(self._buf)
                 f.flush()  # littlefs: commit; VfsPosix: fsync
