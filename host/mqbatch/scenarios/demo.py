@@ -17,7 +17,9 @@ Steps (each prints progress):
 Everything lives under the run directory (default run/demo/ in the repo). A
 run directory an earlier demo made (it holds mqbatch.util.rundir's marker) or an
 empty one is wiped at the start, so running twice in a row works; any other
-existing folder is refused, never deleted.
+existing folder is refused, never deleted. The directory is locked while the demo
+runs (flock, released when the process ends): a second demo in it stops at once,
+naming the pid of the first.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from mqbatch.lab.stack import LocalStack
 from mqbatch.report import html as htmlreport
 from mqbatch.scenarios.netcut import Relay
 from mqbatch.util.paths import ROOT, venv_tool
-from mqbatch.util.procs import end_process
-from mqbatch.util.rundir import fresh_dir
+from mqbatch.util.procs import end_process, log_tail
+from mqbatch.util.rundir import claim_dir
 
 # what a demo writes into its run directory (one made before the rundir marker is recognised by these)
 RUN_DIR_ENTRIES = frozenset(
@@ -126,7 +128,12 @@ class Demo:
     def run(self) -> int:
         o = self.o
         o.check()
-        fresh_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES)
+        # locked while the demo runs: a second demo in the same directory stops here (DirInUse)
+        with claim_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES):
+            return self._run()
+
+    def _run(self) -> int:
+        o = self.o
         ids = device_ids(o.devices)
         try:
             self.say(f"1/7 broker: CA, passwords and ACLs for {len(ids)} devices; Mosquitto with TLS")
@@ -183,7 +190,8 @@ class Demo:
                         else f"exit status {codes[dev]}"
                     )
                     raise DemoError(
-                        f"{dev} did not finish cleanly ({why}); its console:\n{self.fleet.console(dev)[-1500:]}"
+                        f"{dev} did not finish cleanly ({why}); its console:\n"
+                        + log_tail(self.fleet.dir(dev) / "console.log")
                     )
             self.say("4/7 devices finished sampling and drained their outboxes")
 
@@ -243,7 +251,7 @@ class Demo:
         deadline = time.monotonic() + 30
         while "subscribed" not in (self.o.run_dir / "recorder.log").read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise DemoError("recorder did not subscribe:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+                raise DemoError("recorder did not subscribe:\n" + log_tail(self.o.run_dir / "recorder.log"))
             time.sleep(0.2)
         return proc
 
@@ -255,7 +263,7 @@ class Demo:
             end_process(proc, group=True)
             raise DemoError("recorder did not stop within 60 s of SIGTERM") from None
         if code != 0:
-            raise DemoError(f"recorder exited with {code}:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+            raise DemoError(f"recorder exited with {code}:\n" + log_tail(self.o.run_dir / "recorder.log"))
 
     def inject_faults(self) -> None:
         try:
@@ -334,7 +342,7 @@ class Demo:
                 if proc.poll() is None:
                     self.say(f"    Spark job running ({time.monotonic() - started:.0f} s; log {log_path})")
         if proc.returncode != 0 or not (out / "report.json").exists():
-            raise DemoError(f"Spark job failed ({proc.returncode}); see {log_path}:\n" + log_path.read_text()[-2000:])
+            raise DemoError(f"Spark job failed ({proc.returncode}):\n" + log_tail(log_path))
 
     def measure_baseline(self) -> dict | None:
         """Wire bytes per record of umqtt.simple (one record per PUBLISH), measured here;
