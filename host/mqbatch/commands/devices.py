@@ -10,9 +10,8 @@ import argparse
 import pathlib
 import signal
 import sys
-import time
 
-from mqbatch.lab.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
+from mqbatch.lab.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids, progress_lines
 from mqbatch.util.argtypes import (
     existing_file,
     heap_size,
@@ -122,18 +121,7 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
             hmac_keys=hmac_keys,
         ) as fleet:
             fleet.start()
-            t0 = time.monotonic()
-            last = [0.0]
-
-            def progress(f):
-                if time.monotonic() - last[0] >= 5:
-                    last[0] = time.monotonic()
-                    print(
-                        f"devices: {time.monotonic() - t0:5.0f} s, {len(f.running())} running, "
-                        f"{len(f.stored())} records stored",
-                        flush=True,
-                    )
-
+            progress = progress_lines("devices", every_s=5)
             codes = fleet.wait(args.duration + args.drain_timeout + 60, progress)
             sums = fleet.summaries()
             for dev in ids:

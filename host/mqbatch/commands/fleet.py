@@ -8,13 +8,15 @@ import argparse
 import getpass
 import os
 import pathlib
+import signal
 import sys
 
 from mqbatch.fleet import provision as fleet
 from mqbatch.fleet.deploy import BOARD_NAMES
-from mqbatch.lab.devices import from_fleet
+from mqbatch.lab.devices import from_fleet, progress_lines
 from mqbatch.util.argtypes import existing_file
 from mqbatch.util.paths import ROOT
+from mqbatch.util.procs import stop_signals_interrupt
 
 WIFI_BOARDS = ("esp32", "rp2040")  # their templates hold Wi-Fi placeholders that would never connect
 
@@ -87,10 +89,19 @@ def _show(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     run_dir = pathlib.Path(args.run_dir or ROOT / "run" / "fleet-devices")
-    with from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices:
-        devices.start()
-        codes = devices.wait(args.duration + 120)
-        sums = devices.summaries()
+    stop = stop_signals_interrupt("fleet run")
+    try:  # Ctrl-C, SIGTERM, SIGHUP: the devices are stopped, one line, no traceback
+        with (
+            stop,
+            from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices,
+        ):
+            devices.start()
+            codes = devices.wait(args.duration + 120, progress_lines("fleet run"))
+            sums = devices.summaries()
+    except KeyboardInterrupt:
+        sig = stop.received or signal.SIGINT
+        print(f"fleet run: interrupted ({signal.Signals(sig).name}); its devices have been stopped", file=sys.stderr)
+        return 128 + sig
     for dev in args.devices:
         s = sums.get(dev, {})
         print(

@@ -68,6 +68,27 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
+def progress_lines(name: str, every_s: float = 10.0, out=None):
+    """A Fleet.wait() progress callback: one line every `every_s` s (elapsed time, devices
+    running, records stored on flash so far: each device's MQB-STORED lines). What was
+    published is known when a device ends (its MQB-SUMMARY)."""
+    t0 = time.monotonic()
+    last = [t0]
+
+    def progress(fleet: "Fleet") -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            print(
+                f"{name}: {now - t0:5.0f} s, {len(fleet.running())} of {len(fleet.procs)} devices running, "
+                f"{len(fleet.stored())} records stored on flash so far",
+                file=out or sys.stdout,
+                flush=True,
+            )
+
+    return progress
+
+
 def device_ids(count: int, prefix: str = "dev") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
