@@ -24,6 +24,7 @@ COMMANDS = [
     "devices",
     "fleet",
     "ingest",
+    "report",
     "spark",
     "vboard",
 ]

@@ -121,7 +121,7 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
             hmac_keys=hmac_keys,
         ) as fleet:
             fleet.start()
-            progress = progress_lines("devices", every_s=5)
+            progress = progress_lines("devices", every_s=5, run_for_s=args.duration)
             codes = fleet.wait(args.duration + args.drain_timeout + 60, progress)
             sums = fleet.summaries()
             for dev in ids:

@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
             from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices,
         ):
             devices.start()
-            codes = devices.wait(args.duration + 120, progress_lines("fleet run"))
+            codes = devices.wait(args.duration + 120, progress_lines("fleet run", run_for_s=args.duration))
             sums = devices.summaries()
     except KeyboardInterrupt:
         sig = stop.received or signal.SIGINT
