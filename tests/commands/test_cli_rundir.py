@@ -74,15 +74,19 @@ from mqbatch.util.rundir import LOCK_FILE, DirInUse, claim_dir  # noqa: E402
 
 HOLD = (
     "import sys, time, pathlib\n"
-    "from mqbatch.util.rundir import claim_dir\n"
-    "with claim_dir(pathlib.Path(sys.argv[1]), sys.argv[2], known=frozenset({'stack', 'devices', 'landing'})):\n"
+    "from mqbatch.util.rundir import claim_dir, lock_dir\n"
+    "d, owner = pathlib.Path(sys.argv[1]), sys.argv[2]\n"
+    "held = lock_dir(d, owner) if owner.endswith('fleet run') else "
+    "claim_dir(d, owner, known=frozenset({'stack', 'devices', 'landing'}))\n"
+    "with held:\n"
     "    print('held', flush=True)\n"
     "    time.sleep(300)\n"
 )
 
 
 def hold(path, owner="mqbatch demo") -> subprocess.Popen:
-    """Another process (a real one: flock is per open file) holding `path` until killed."""
+    """Another process (a real one: flock is per open file) holding `path` until killed
+    (lock_dir for `fleet run`, claim_dir otherwise)."""
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), owner], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
@@ -167,3 +171,31 @@ def test_devices_dir_refuses_a_users_folder_like_demo_run_dir(tmp_path, command,
     assert proc.returncode == 2, proc.stderr
     assert f"{mine} is not empty and was not made by mqbatch" in proc.stderr and flag in proc.stderr
     assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
+
+
+def test_fleet_run_locks_its_flash_directory_without_wiping_it(tmp_path):
+    """`fleet run` keeps each device's flash (boot counter, outbox) across runs: lock_dir
+    locks it like claim_dir, and wipes nothing."""
+    from mqbatch.lab.broker import free_port
+    from mqbatch_testing import VENV_BIN
+
+    mq = str(VENV_BIN / "mqbatch")
+    fleet, run_dir = tmp_path / "fleet", tmp_path / "flash"
+    init = [mq, "fleet", "init", str(fleet), "--broker-host", "127.0.0.1", "--port", str(free_port())]
+    assert subprocess.run(init, capture_output=True).returncode == 0
+    assert subprocess.run([mq, "fleet", "add", str(fleet), "porch-1"], capture_output=True).returncode == 0
+    (run_dir / "porch-1").mkdir(parents=True)
+    (run_dir / "porch-1" / "boot_count").write_text("7")  # an earlier run's flash
+    holder = hold(run_dir, "mqbatch fleet run")
+    try:
+        cmd = [mq, "fleet", "run", str(fleet), "porch-1", "--duration", "5", "--run-dir", str(run_dir)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"mqbatch fleet: {run_dir} is in use by pid {holder.pid} (mqbatch fleet run): "
+        "wait for it to end, or choose another --run-dir"
+    )
+    assert (run_dir / "porch-1" / "boot_count").read_text() == "7"  # neither run wiped the flash

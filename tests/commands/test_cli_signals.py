@@ -96,7 +96,7 @@ def test_demo_sigterm_while_spark_runs_leaves_no_broker_nor_spark_job(tmp_path):
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_devices_stops_its_broker_and_devices(tmp_path, sig):
     run_dir = tmp_path / "devs"
     proc, seen = run_until(

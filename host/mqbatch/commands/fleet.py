@@ -17,6 +17,7 @@ from mqbatch.lab.devices import from_fleet, progress_lines
 from mqbatch.util.argtypes import existing_file
 from mqbatch.util.paths import ROOT
 from mqbatch.util.procs import stop_signals_interrupt
+from mqbatch.util.rundir import DirInUse, lock_dir
 
 WIFI_BOARDS = ("esp32", "rp2040")  # their templates hold Wi-Fi placeholders that would never connect
 
@@ -93,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     try:  # Ctrl-C, SIGTERM, SIGHUP: the devices are stopped, one line, no traceback
         with (
             stop,
+            lock_dir(run_dir, "mqbatch fleet run"),  # two runs never share the devices' flash
             from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices,
         ):
             devices.start()
@@ -114,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         return args.action(args) or 0
-    except (fleet.FleetError, OSError) as e:
+    except (fleet.FleetError, DirInUse, OSError) as e:
         print(f"mqbatch fleet: {e}", file=sys.stderr)
         return 1
 

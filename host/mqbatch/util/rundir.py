@@ -4,6 +4,8 @@ so that two runs never share one.
     fresh_dir(path, "mqbatch demo")            # empty path for a new run, or DirNotOurs
     with claim_dir(path, "mqbatch demo") as d:  # the same, locked until the block ends
         ...                                     # (a second run: DirInUse naming the pid)
+    with lock_dir(path, "mqbatch fleet run"):   # locked, not wiped (content kept across runs)
+        ...
 
 A directory is wiped only when it is empty or holds the marker file that
 fresh_dir() writes into every directory it makes; a user's folder (anything
@@ -100,6 +102,35 @@ def _holder(lock: pathlib.Path) -> str:
 
 
 @contextlib.contextmanager
+def _locked(path: pathlib.Path, owner: str, flag: str) -> Iterator[int]:
+    """An exclusive flock on path/LOCK_FILE (pid and owner written in it) while the block runs."""
+    lock = path / LOCK_FILE
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DirInUse(
+                f"{path} is in use by {_holder(lock)}: wait for it to end, or choose another {flag}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} ({owner})\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)  # releases the flock
+
+
+@contextlib.contextmanager
+def lock_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> Iterator[pathlib.Path]:
+    """The lock of claim_dir() without the wipe, for a directory whose content outlives a
+    run (`fleet run`: each device's flash, boot counter and outbox). Made if absent."""
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    with _locked(path, owner, flag):
+        yield path
+
+
+@contextlib.contextmanager
 def claim_dir(
     path: pathlib.Path, owner: str, flag: str = "--run-dir", known: frozenset[str] = frozenset()
 ) -> Iterator[pathlib.Path]:
@@ -110,20 +141,8 @@ def claim_dir(
     path = pathlib.Path(path)
     _check(path, flag, known)
     path.mkdir(parents=True, exist_ok=True)
-    lock = path / LOCK_FILE
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DirInUse(
-                f"{path} is in use by {_holder(lock)}: wait for it to end, or choose another {flag}"
-            ) from None
+    with _locked(path, owner, flag):
         _check(path, flag, known)  # what the directory holds now that nobody else writes to it
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} ({owner})\n".encode(), 0)
         _wipe(path, keep=LOCK_FILE)
         _mark(path, owner)
         yield path
-    finally:
-        os.close(fd)  # releases the flock
