@@ -194,3 +194,12 @@ def test_start_is_the_first_record_not_a_demo_clock(tmp_path):
     table = htmlreport.read_records(out / "records", extra=["boot", "seq"])
     info = htmlreport.run_info_from(REPORT_JSON, table, out, out / "report.html")
     assert info.start_wall == pytest.approx(START)  # the first device_time of the synthetic run
+
+
+def test_an_output_without_records_yet_still_gets_a_report(tmp_path):
+    """A run that landed nothing, or a stream before its first batch: records/ holds no Parquet."""
+    out = tmp_path / "out"
+    (out / "records").mkdir(parents=True)
+    (out / "report.json").write_text(json.dumps({"landed": 0, "devices": {}, "quarantine": {"by_reason": {}}}))
+    html = write_report(out).read_text()
+    assert "<title>mqbatch report</title>" in html and "No such readings." in html

@@ -84,11 +84,21 @@ RECORDER_BACKOFF_S = (1, 10)
 def read_records(path: os.PathLike | str, extra: Sequence[str] = ()):
     """The curated records table (the report's columns + `extra`): one Parquet directory,
     flat or partitioned by `date=YYYY-MM-DD` (hive style); Spark's _SUCCESS/.crc files are ignored."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     dataset = ds.dataset(str(path), format="parquet", partitioning="hive")
     cols = [c for c in RECORD_COLUMNS + list(extra) if c in dataset.schema.names]
-    return dataset.to_table(columns=cols)
+    table = dataset.to_table(columns=cols)
+    if "device" not in table.column_names:  # no record yet (an empty run, a stream before its first batch)
+        ts = pa.timestamp("us", tz="UTC")
+        reading = pa.struct(
+            [("channel", pa.int32()), ("name", pa.string()), ("value", pa.int64()), ("scaled", pa.float64())]
+        )
+        types = {"device": pa.string(), "kind": pa.string(), "device_time": ts, "received_at": ts}
+        types.update(latency_ms=pa.float64(), readings=pa.list_(reading), boot=pa.int64(), seq=pa.int64())
+        table = pa.table({c: pa.array([], types.get(c, pa.string())) for c in RECORD_COLUMNS + list(extra)})
+    return table
 
 
 def _seconds(col, start_wall: float) -> list[float | None]:
