@@ -8,12 +8,18 @@ import argparse
 import getpass
 import os
 import pathlib
+import signal
 import sys
 
 from mqbatch.fleet import provision as fleet
 from mqbatch.fleet.deploy import BOARD_NAMES
-from mqbatch.lab.devices import from_fleet
+from mqbatch.lab.devices import from_fleet, progress_lines
+from mqbatch.util.argtypes import existing_file
 from mqbatch.util.paths import ROOT
+from mqbatch.util.procs import stop_signals_interrupt
+from mqbatch.util.rundir import DirInUse, lock_dir
+
+WIFI_BOARDS = ("esp32", "rp2040")  # their templates hold Wi-Fi placeholders that would never connect
 
 
 def _init(args: argparse.Namespace) -> None:
@@ -37,12 +43,22 @@ def _init(args: argparse.Namespace) -> None:
     print(f"fleet: next: mqbatch fleet add {fd.root} DEVICE...; then mosquitto -c {fd.conf}")
 
 
-def _add(args: argparse.Namespace) -> None:
+def _add(args: argparse.Namespace) -> int | None:
     wifi_password = None
+    if args.board in WIFI_BOARDS and not args.rotate and not args.wifi_ssid:  # a rotation keeps its Wi-Fi
+        print(f"mqbatch fleet add: --board {args.board} joins Wi-Fi: give --wifi-ssid NAME", file=sys.stderr)
+        return 2
     if args.wifi_password_file:
         wifi_password = pathlib.Path(args.wifi_password_file).read_text(encoding="utf-8").strip()
     elif args.wifi_ssid is not None and args.board != "unix" and sys.stdin.isatty():
         wifi_password = getpass.getpass(f"Wi-Fi password for {args.wifi_ssid}: ")
+    if args.board in WIFI_BOARDS and not args.rotate and not wifi_password:
+        print(
+            f"mqbatch fleet add: --board {args.board} joins Wi-Fi: give --wifi-password-file FILE "
+            "(or run on a terminal to be asked); an empty password is refused",
+            file=sys.stderr,
+        )
+        return 2
     paths = fleet.add(
         args.dir,
         args.devices,
@@ -74,10 +90,20 @@ def _show(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     run_dir = pathlib.Path(args.run_dir or ROOT / "run" / "fleet-devices")
-    with from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices:
-        devices.start()
-        codes = devices.wait(args.duration + 120)
-        sums = devices.summaries()
+    stop = stop_signals_interrupt("fleet run")
+    try:  # Ctrl-C, SIGTERM, SIGHUP: the devices are stopped, one line, no traceback
+        with (
+            stop,
+            lock_dir(run_dir, "mqbatch fleet run"),  # two runs never share the devices' flash
+            from_fleet(args.dir, args.devices, run_dir, run_for_s=args.duration, sample_hz=args.sample_hz) as devices,
+        ):
+            devices.start()
+            codes = devices.wait(args.duration + 120, progress_lines("fleet run", run_for_s=args.duration))
+            sums = devices.summaries()
+    except KeyboardInterrupt:
+        sig = stop.received or signal.SIGINT
+        print(f"fleet run: interrupted ({signal.Signals(sig).name}); its devices have been stopped", file=sys.stderr)
+        return 128 + sig
     for dev in args.devices:
         s = sums.get(dev, {})
         print(
@@ -90,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         return args.action(args) or 0
-    except (fleet.FleetError, OSError) as e:
+    except (fleet.FleetError, DirInUse, OSError) as e:
         print(f"mqbatch fleet: {e}", file=sys.stderr)
         return 1
 
@@ -142,7 +168,9 @@ def register(sub) -> None:
         help="a client certificate instead of a password (the --mtls-port listener)",
     )
     a.add_argument("--wifi-ssid")
-    a.add_argument("--wifi-password-file", help="file holding the Wi-Fi password (else asked on a terminal)")
+    a.add_argument(
+        "--wifi-password-file", type=existing_file, help="file holding the Wi-Fi password (else asked on a terminal)"
+    )
     a.set_defaults(action=_add)
     rm = acts.add_parser("remove", help="delete devices: account, certificate (revoked), config directory")
     rm.add_argument("dir")

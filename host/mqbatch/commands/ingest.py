@@ -10,7 +10,14 @@ import sys
 import threading
 
 from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderError
-from mqbatch.util.argtypes import non_negative_float, port_number, positive_float, positive_int
+from mqbatch.util.argtypes import (
+    directory,
+    existing_file,
+    non_negative_float,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from mqbatch.util.procs import on_stop_signals
 
 
@@ -70,7 +77,7 @@ def register(sub) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8883)
-    p.add_argument("--landing", required=True, help="landing zone directory")
+    p.add_argument("--landing", required=True, type=directory, help="landing zone directory")
     p.add_argument(
         "--client-id",
         default="mqbatch-recorder-1",
@@ -83,7 +90,7 @@ def register(sub) -> None:
     p.add_argument("--key", help="client private key (PEM)")
     p.add_argument("--username")
     p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
-    p.add_argument("--password-file")
+    p.add_argument("--password-file", type=existing_file)
     p.add_argument(
         "--session-expiry",
         type=positive_int,

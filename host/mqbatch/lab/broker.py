@@ -68,6 +68,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from mqbatch.util.paths import DYNSEC_PLUGIN, MOSQUITTO  # noqa: E402  (where Debian installs them)
+from mqbatch.util.procs import tail_lines
 
 HOST = "127.0.0.1"
 
@@ -297,14 +298,15 @@ class Mosquitto:
                 self._close_log()
                 raise BrokerError(
                     f"mosquitto exited with status {self.process.returncode} at start "
-                    f"(port {self.port}):\n{self.logs(since=offset)}"
+                    f"(port {self.port}):\n{tail_lines(self.logs(since=offset), path=self.log_path)}"
                 )
             if " running" in self.logs(since=offset) and self._accepts():
                 return
             time.sleep(0.05)
         self.kill()
         raise BrokerError(
-            f"mosquitto did not listen on {self.host}:{self.port} within {timeout} s:\n{self.logs(since=offset)}"
+            f"mosquitto did not listen on {self.host}:{self.port} within {timeout} s:\n"
+            f"{tail_lines(self.logs(since=offset), path=self.log_path)}"
         )
 
     def _accepts(self) -> bool:

@@ -68,6 +68,33 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
+def progress_lines(name: str, every_s: float = 10.0, out=None, run_for_s: float | None = None):
+    """A Fleet.wait() progress callback: one line every `every_s` s (elapsed time, devices
+    running, records stored on flash so far: each device's MQB-STORED lines); after
+    `run_for_s`, how many devices are still draining their outbox. What was published is
+    known when a device ends (its MQB-SUMMARY)."""
+    t0 = time.monotonic()
+    last = [t0]
+
+    def progress(fleet: "Fleet") -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            running, total = len(fleet.running()), len(fleet.procs)
+            what = (
+                f"sampling over, {running} of {total} devices still draining their outbox"
+                if run_for_s is not None and now - t0 > run_for_s
+                else f"{running} of {total} devices running"
+            )
+            print(
+                f"{name}: {now - t0:5.0f} s, {what}, {len(fleet.stored())} records stored on flash so far",
+                file=out or sys.stdout,
+                flush=True,
+            )
+
+    return progress
+
+
 def device_ids(count: int, prefix: str = "dev") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
