@@ -12,6 +12,8 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+from mqbatch.util.private import private_dir, write_private
+
 MARKER = ".mqbatch-run"
 LEGACY_MARKERS = (".mqbatch-build",)  # what `mqbatch deploy` wrote into its build directories
 
@@ -45,6 +47,6 @@ def fresh_dir(
                 f"nothing was deleted; choose another {flag} or empty it yourself"
             )
         shutil.rmtree(path)
-    path.mkdir(parents=True)
-    (path / MARKER).write_text(f"made by {owner}; wiped at its next run\n")
+    private_dir(path, tighten=True)  # 0700, and its files 0600 (docs/security.md, "Private at rest")
+    write_private(path / MARKER, f"made by {owner}; wiped at its next run\n")
     return path
