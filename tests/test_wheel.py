@@ -175,10 +175,10 @@ def test_installed_deploy_to_a_virtual_board(venv):
 def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
-    from paho.mqtt.properties import Properties
     from paho.mqtt.packettypes import PacketTypes
-    from mqbatch.wire import codec
-    from mqbatch.wire import records
+    from paho.mqtt.properties import Properties
+
+    from mqbatch.wire import codec, records
 
     h = run(venv, "ingest", "--help")
     assert h.returncode == 0 and "--landing" in h.stdout, h.stderr

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from mqbatch.fleet.deploy import compile_firmware
-from mqbatch.util.paths import BOARDS
 from mqbatch.lab.vboard import PID_FILE, VirtualBoard
+from mqbatch.util.paths import BOARDS
 from mqbatch_testing import VENV_BIN
 
 

@@ -17,8 +17,8 @@ import pathlib
 import subprocess
 import time
 
-from mqbatch.util.paths import BOARDS, CHECKOUT, FIRMWARE
 from mqbatch.lab.vboard import VirtualBoard
+from mqbatch.util.paths import BOARDS, CHECKOUT, FIRMWARE
 from mqbatch_testing import VENV_BIN
 
 FIRMWARE_MODULES = sorted(p.name for p in FIRMWARE.glob("mqb_*.py"))

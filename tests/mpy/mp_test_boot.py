@@ -126,7 +126,7 @@ def test_power_cut_at_every_flash_operation_never_repeats_a_boot():
             mount(dev)
             try:
                 BootCounter("/flash/boot").next()
-            except Exception as e:
+            except Exception:
                 # the cut reaches the firmware as PowerCut, or as the OSError
                 # littlefs makes of a failed erase: either way only after it
                 if not dev.dead:

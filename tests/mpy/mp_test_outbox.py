@@ -531,7 +531,7 @@ def _sweep(policy, n_appends, step):
         life = Life(stats)
         try:
             _work(dev, life, n_appends, 1, policy)
-        except Exception as e:
+        except Exception:
             if not dev.dead:
                 raise
             if life.ob is not None:

@@ -1,4 +1,4 @@
-"""`mqbatch fleet init|add|remove|show|run`: set up a real Mosquitto broker for your own
+"""`mqbatch fleet init|add|remove|units|show|run`: set up a real Mosquitto broker for your own
 devices (CA, server certificate, accounts, policy, per-device config.json).
 docs/fleet.md walks from nothing to a device landing telemetry."""
 
@@ -41,6 +41,7 @@ def _init(args: argparse.Namespace) -> None:
     fd = fleet.FleetDir(args.dir)
     print(f"fleet: created {fd.root} for broker {', '.join(state['broker']['hosts'])} port {state['broker']['port']}")
     print(f"fleet: next: mqbatch fleet add {fd.root} DEVICE...; then mosquitto -c {fd.conf}")
+    print(f"fleet: per-source connection limits for the broker's port: nft -f {fd.firewall} (as root)")
 
 
 def _add(args: argparse.Namespace) -> int | None:
@@ -59,6 +60,7 @@ def _add(args: argparse.Namespace) -> int | None:
             file=sys.stderr,
         )
         return 2
+    before = set(fleet.FleetDir(args.dir).load()["devices"])
     paths = fleet.add(
         args.dir,
         args.devices,
@@ -72,15 +74,30 @@ def _add(args: argparse.Namespace) -> int | None:
         secret = f"key {path.parent / 'client.key.der'}" if args.client_cert else "password in config.json"
         print(f"fleet: {dev}: {path} (its {secret} and its batch-hmac key: 0600)")
     fd = fleet.FleetDir(args.dir)
-    print(f"fleet: restart mosquitto to load the new accounts (mosquitto -c {fd.conf})")
+    added = [d for d in args.devices if d not in before]
+    print(
+        f"fleet: broker: {fleet.live_update(args.dir, added=added, rotated=[d for d in args.devices if d in before])}"
+    )
     print(f"fleet: batch-hmac keys for the Spark job: mqbatch spark --hmac-keys {fd.hmac_keys} ...")
 
 
 def _remove(args: argparse.Namespace) -> None:
     fleet.remove(args.dir, args.devices)
+    print(f"fleet: removed {', '.join(args.devices)} (and their batch-hmac keys)")
+    print(f"fleet: broker: {fleet.live_update(args.dir, removed=args.devices)}")
+
+
+def _units(args: argparse.Namespace) -> None:
+    paths = fleet.write_units(
+        args.dir, landing=args.landing, spark_out=args.spark_out, user=args.user, mqbatch=args.mqbatch
+    )
+    print(f"fleet: wrote {len(paths)} systemd units in {paths[0].parent}:")
+    for path in paths:
+        print(f"fleet:   {path.name}")
+    names = " ".join(p.stem for p in paths)
     print(
-        f"fleet: removed {', '.join(args.devices)} (and their batch-hmac keys); "
-        f"restart mosquitto to drop their accounts"
+        f"fleet: install: sudo cp {paths[0].parent}/*.service /etc/systemd/system/ && sudo systemctl daemon-reload "
+        f"&& sudo systemctl enable --now {names}"
     )
 
 
@@ -90,6 +107,7 @@ def _show(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     run_dir = pathlib.Path(args.run_dir or ROOT / "run" / "fleet-devices")
+    os.umask(0o077)  # flash directories, firmware copies, outboxes: private at rest (docs/security.md)
     stop = stop_signals_interrupt("fleet run")
     try:  # Ctrl-C, SIGTERM, SIGHUP: the devices are stopped, one line, no traceback
         with (
@@ -176,6 +194,15 @@ def register(sub) -> None:
     rm.add_argument("dir")
     rm.add_argument("devices", nargs="+", metavar="DEVICE")
     rm.set_defaults(action=_remove)
+    u = acts.add_parser(
+        "units", help="write systemd units: broker (+ its firewall rules), recorder, streaming Spark job"
+    )
+    u.add_argument("dir")
+    u.add_argument("--landing", required=True, help="landing zone of the recorder (read by the Spark job)")
+    u.add_argument("--spark-out", required=True, help="output directory of the streaming Spark job")
+    u.add_argument("--user", help="account the services run as (default: the owner of DIR; make a dedicated one)")
+    u.add_argument("--mqbatch", help="absolute path of the mqbatch command (default: the one running now)")
+    u.set_defaults(action=_units)
     s = acts.add_parser("show", help="list the broker files and devices (no secrets)")
     s.add_argument("dir")
     s.set_defaults(action=_show)

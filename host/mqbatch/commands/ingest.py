@@ -9,11 +9,12 @@ import signal
 import sys
 import threading
 
-from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderError
+from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderConfigError, RecorderError
 from mqbatch.util.argtypes import (
     directory,
     existing_file,
     non_negative_float,
+    non_negative_int,
     port_number,
     positive_float,
     positive_int,
@@ -47,6 +48,8 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
         progress_seconds=args.progress_seconds,
         silence_warn_s=args.silence_warn_s,
         e2e_ack=args.e2e_ack,
+        device_quota_bytes_per_s=args.device_quota_bytes_per_s,
+        device_quota_burst_bytes=args.device_quota_burst_bytes,
     )
 
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return recorder.run(stop)
     except RecorderError as e:
         print(f"ingest: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, RecorderConfigError) else 1
 
 
 def register(sub) -> None:
@@ -114,5 +117,18 @@ def register(sub) -> None:
         action="store_false",
         help="do not publish end-to-end acknowledgements to mqbatch/<device>/ack (docs/e2e-ack.md; "
         "default: on, for every landed batch with a valid batch-seq property)",
+    )
+    p.add_argument(
+        "--device-quota-bytes-per-s",
+        type=non_negative_int,
+        default=1 << 20,
+        help="payload bytes per second one device may land (token bucket; default 1 MiB/s; 0: no quota). "
+        "Beyond it PUBLISHes are acknowledged but not landed, counted, and not acknowledged end to end",
+    )
+    p.add_argument(
+        "--device-quota-burst-bytes",
+        type=non_negative_int,
+        default=64 << 20,
+        help="bytes a device may send at once beyond its rate (default 64 MiB; 0 with a rate of 0)",
     )
     p.set_defaults(func=run)

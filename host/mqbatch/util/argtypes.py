@@ -28,6 +28,14 @@ def positive_int(text: str) -> int:
     return n
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0 (0 switches the thing off)."""
+    n = _number(text, int, "a whole number >= 0")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (a whole number), got {n}")
+    return n
+
+
 def positive_float(text: str) -> float:
     """A number > 0 (durations that must pass, rates)."""
     v = _number(text, float, "a number > 0")

@@ -27,6 +27,8 @@ import pathlib
 import shutil
 from collections.abc import Iterator
 
+from mqbatch.util.private import private_dir, write_private
+
 MARKER = ".mqbatch-run"
 LOCK_FILE = ".mqbatch-lock"
 LEGACY_MARKERS = (".mqbatch-build",)  # what `mqbatch deploy` wrote into its build directories
@@ -74,7 +76,7 @@ def _wipe(path: pathlib.Path, keep: str | None = None) -> None:
 
 
 def _mark(path: pathlib.Path, owner: str) -> None:
-    (path / MARKER).write_text(f"made by {owner}; wiped at its next run\n")
+    write_private(path / MARKER, f"made by {owner}; wiped at its next run\n")
 
 
 def fresh_dir(
@@ -88,8 +90,8 @@ def fresh_dir(
     path = pathlib.Path(path)
     if _check(path, flag, known):
         shutil.rmtree(path)
-    path.mkdir(parents=True)
-    _mark(path, owner)
+    private_dir(path, tighten=True)  # 0700, and its files 0600 (docs/security.md, "Private at rest")
+    write_private(path / MARKER, f"made by {owner}; wiped at its next run\n")
     return path
 
 
@@ -105,7 +107,7 @@ def _holder(lock: pathlib.Path) -> str:
 def _locked(path: pathlib.Path, owner: str, flag: str) -> Iterator[int]:
     """An exclusive flock on path/LOCK_FILE (pid and owner written in it) while the block runs."""
     lock = path / LOCK_FILE
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -124,8 +126,7 @@ def _locked(path: pathlib.Path, owner: str, flag: str) -> Iterator[int]:
 def lock_dir(path: pathlib.Path, owner: str, flag: str = "--run-dir") -> Iterator[pathlib.Path]:
     """The lock of claim_dir() without the wipe, for a directory whose content outlives a
     run (`fleet run`: each device's flash, boot counter and outbox). Made if absent."""
-    path = pathlib.Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path = private_dir(path)
     with _locked(path, owner, flag):
         yield path
 
@@ -140,7 +141,7 @@ def claim_dir(
     written into it."""
     path = pathlib.Path(path)
     _check(path, flag, known)
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path, tighten=True)
     with _locked(path, owner, flag):
         _check(path, flag, known)  # what the directory holds now that nobody else writes to it
         _wipe(path, keep=LOCK_FILE)
