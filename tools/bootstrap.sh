@@ -13,6 +13,9 @@ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=
 command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
 command -v strace >/dev/null 2>&1 || APT_PKGS+=(strace)     # tests count socket writes per PUBLISH
 command -v chromium >/dev/null 2>&1 || APT_PKGS+=(chromium) # a test renders the demo's HTML report headless (layout at 1280/800 px)
+command -v nft >/dev/null 2>&1 || APT_PKGS+=(nftables)     # the connection-flood test applies the fleet's generated per-source limits
+command -v ip >/dev/null 2>&1 || APT_PKGS+=(iproute2)      # ... inside a network namespace of its own
+command -v systemd-analyze >/dev/null 2>&1 || APT_PKGS+=(systemd)   # `systemd-analyze verify` of the generated service units
 java_ok() {    # a JDK 17+: Spark runs on it, and javac builds the decoder's JVM fast path (mqbatch.spark.jvm)
     command -v java >/dev/null 2>&1 || return 1
     command -v javac >/dev/null 2>&1 || return 1
