@@ -3,14 +3,19 @@
 // into .venv/wasm32), the way tests/mpy/mpyunit.py runs it in the Unix port.
 //
 //   node run_wasm32.mjs PKGDIR [--put HOSTDIR=FSDIR]... [--path FSDIR]...
-//        [--heap BYTES] [--env NAME=VALUE]... [--cwd FSDIR]
-//        (--test MODULE NAME... | --script FILE [ARG...])
+//        [--heap BYTES] [--env NAME=VALUE]... [--cwd FSDIR] [--tls-stub]
+//        (--test MODULE NAME... | --script FILE [ARG...] | --calls FILE)
 //
-// --put copies the *.py and *.json files of HOSTDIR into the port's in-memory filesystem at
+// --put copies the regular files of HOSTDIR (not its subfolders) into the port's in-memory filesystem at
 // FSDIR (the firmware, the tests), --path puts FSDIR on sys.path. Before the test
 // runs, wasm32_prelude.py (next to this file) adapts the port to look like a board
 // (see there). --test prints "MPYTEST PASS|FAIL name" per test like mpyunit.py;
-// --script runs FILE as __main__ with sys.argv = [FILE, ARG...].
+// --script runs FILE as __main__ with sys.argv = [FILE, ARG...]. --tls-stub
+// installs tls_stub.py as `tls` (this port has none; heap measurements only).
+// --calls FILE (a path in the port's filesystem) runs the parts of FILE between
+// lines "#-- call" as separate top-level calls in __main__: gc.collect() at the
+// start of a call then sees only live objects (within one call this port's GC
+// keeps recent garbage that stale pointers on its stack still reach).
 // Exit status: 0 when every test passed (or the script raised nothing), 1 otherwise,
 // 2 for bad arguments.
 import fs from "node:fs";
@@ -25,18 +30,22 @@ if (argv.length < 1) {
 }
 const pkgdir = argv.shift();
 const puts = [], paths = [], env = {};
-let heap = 1024 * 1024, mode = null, rest = [], cwd = "/";
+let heap = 1024 * 1024, mode = null, rest = [], cwd = "/", tlsStub = false;
 while (argv.length) {
   const a = argv.shift();
   if (a === "--put") puts.push(argv.shift().split("="));
   else if (a === "--path") paths.push(argv.shift());
   else if (a === "--cwd") cwd = argv.shift();
+  else if (a === "--tls-stub") tlsStub = true;
   else if (a === "--heap") heap = parseInt(argv.shift(), 10);
   else if (a === "--env") { const [k, ...v] = argv.shift().split("="); env[k] = v.join("="); }
-  else if (a === "--test" || a === "--script") { mode = a; rest = argv.splice(0); }
+  else if (a === "--test" || a === "--script" || a === "--calls") { mode = a; rest = argv.splice(0); }
   else { console.error("run_wasm32: unknown argument " + a); process.exit(2); }
 }
-if (!mode || rest.length < 1) { console.error("run_wasm32: --test MODULE NAME... or --script FILE needed"); process.exit(2); }
+if (!mode || rest.length < 1) {
+  console.error("run_wasm32: --test MODULE NAME..., --script FILE or --calls FILE needed");
+  process.exit(2);
+}
 
 const entry = path.join(pkgdir, "micropython.mjs");
 if (!fs.existsSync(entry)) { console.error("run_wasm32: no " + entry + " (run tools/bootstrap.sh)"); process.exit(2); }
@@ -59,12 +68,14 @@ function mkdirs(p) {
 for (const [hostdir, fsdir] of puts) {
   mkdirs(fsdir);
   for (const name of fs.readdirSync(hostdir)) {
-    if (name.endsWith(".py") || name.endsWith(".json")) mp.FS.writeFile(fsdir + "/" + name, fs.readFileSync(path.join(hostdir, name)));
+    if (fs.statSync(path.join(hostdir, name)).isFile()) mp.FS.writeFile(fsdir + "/" + name, fs.readFileSync(path.join(hostdir, name)));
   }
 }
 mkdirs("/mpy32");
 // socket_stub.py is the port's `socket` (named apart so that CPython never imports it)
-for (const [src, dst] of [["wasm32_prelude.py", "wasm32_prelude.py"], ["socket_stub.py", "socket.py"]]) {
+const helpers = [["wasm32_prelude.py", "wasm32_prelude.py"], ["socket_stub.py", "socket.py"]];
+if (tlsStub) helpers.push(["tls_stub.py", "tls.py"]);
+for (const [src, dst] of helpers) {
   mp.FS.writeFile("/mpy32/" + dst, fs.readFileSync(path.join(here, src)));
 }
 
@@ -73,12 +84,15 @@ let code = "import sys\nsys.path[:] = " + q(["/mpy32", ...paths, ""]) + "\n";
 code += "import wasm32_prelude\nwasm32_prelude.setup(" + q(env) + ", " + q(cwd) + ")\n";
 if (mode === "--test") {
   code += "wasm32_prelude.run_tests(" + q(rest[0]) + ", " + q(rest.slice(1)) + ")\n";
-} else {
+} else if (mode === "--script") {
   code += "wasm32_prelude.run_script(" + q(rest[0]) + ", " + q(rest.slice(1)) + ")\n";
 }
 let status = 0;
 try {
   mp.runPython(code);
+  if (mode === "--calls") {
+    for (const part of mp.FS.readFile(rest[0], { encoding: "utf8" }).split(/^#-- call$/m)) mp.runPython(part);
+  }
 } catch (e) {
   process.stdout.write(String(e.message || e) + "\n");
   status = 1;

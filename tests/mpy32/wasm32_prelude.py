@@ -172,7 +172,7 @@ def setup(env, cwd):
 
 
 def run_tests(module, names):
-    from mpyunit import run      # tests/mpy/mpyunit.py, as in the Unix port
+    from mpyunit import run  # tests/mpy/mpyunit.py, as in the Unix port
     run(module, names)
 
 
