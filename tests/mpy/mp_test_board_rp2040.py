@@ -52,7 +52,6 @@ def test_vsys_through_an_external_divider_on_gpio26_to_28():
 
 
 def test_gpio29_or_another_wireless_pin_as_vsys_pin_is_refused():
-    import mqb_board
     for pin in (29, 25, 3, 30, "26"):
         try:
             _board(dict(CFG, hw={"vsys_adc_pin": pin}))

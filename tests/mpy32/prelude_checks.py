@@ -22,10 +22,10 @@ def test_filesystem_errors_carry_micropython_errno_numbers():
     assert _errno_of(os.stat, "/tmp/pc/missing") == errno.ENOENT
     assert _errno_of(open, "/tmp/pc/missing", "rb") == errno.ENOENT
     assert _errno_of(os.mkdir, "/tmp/pc") == errno.EEXIST
-    assert _errno_of(open, "/tmp/pc", "rb") == errno.EISDIR       # at open(), as on a board
+    assert _errno_of(open, "/tmp/pc", "rb") == errno.EISDIR  # at open(), as on a board
     assert _errno_of(os.remove, "/tmp/pc/missing") == errno.ENOENT
     assert _errno_of(os.rename, "/tmp/pc/missing", "/tmp/pc/g") == errno.ENOENT
-    with open("/tmp/pc/f", "rb") as f:                              # the probe rewinds
+    with open("/tmp/pc/f", "rb") as f:  # the probe rewinds
         assert f.read() == b"x"
     os.remove("/tmp/pc/f")
     os.rmdir("/tmp/pc")
@@ -40,7 +40,7 @@ def test_the_errno_vfs_adds_no_allocation():
     gc.disable()
     try:
         before = gc.mem_alloc()
-        for i in range(100):
+        for _ in range(100):
             f.write(buf)
             os.rename("/tmp/pcw", "/tmp/pcv")
             os.rename("/tmp/pcv", "/tmp/pcw")

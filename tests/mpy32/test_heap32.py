@@ -15,8 +15,17 @@ from mqbatch.fleet.deploy import compile_firmware
 from mqbatch_testing import ROOT
 
 TOOLS = ROOT / "tools"
-APP_MODULES = ["mqb_app", "mqb_board", "mqb_boot", "mqb_client", "mqb_codec", "mqb_outbox", "mqb_packet",
-               "mqb_record", "mqb_transport"]  # what `import mqb_app` loads with the default config
+APP_MODULES = [
+    "mqb_app",
+    "mqb_board",
+    "mqb_boot",
+    "mqb_client",
+    "mqb_codec",
+    "mqb_outbox",
+    "mqb_packet",
+    "mqb_record",
+    "mqb_transport",
+]  # what `import mqb_app` loads with the default config
 
 
 def _tool(*args: str) -> str:
@@ -57,9 +66,11 @@ def test_mpy_sizes_explains_what_files_cost_over_romfs_on_64bit(tmp_path):
     out = _tool(str(TOOLS / "mpy_sizes.py"), str(tmp_path / "fw"), *APP_MODULES)
     model = json.loads(out.split("MPY_SIZES ", 1)[1])
     measured = files["imports"] - romfs["imports"]
-    print(f"HEAP64 imports ROMFS {romfs['imports']} B, files {files['imports']} B: files cost {measured} B more; "
-          f"model {model['heap_64bit']} B ({model['functions']} functions, {model['bytecode_bytes']} B bytecode, "
-          f"{model['constant_bytes']} B in {model['str_bytes_constants']} constants); 32-bit model {model['heap_32bit']} B")
+    print(
+        f"HEAP64 imports ROMFS {romfs['imports']} B, files {files['imports']} B: files cost {measured} B more; "
+        f"model {model['heap_64bit']} B ({model['functions']} functions, {model['bytecode_bytes']} B bytecode, "
+        f"{model['constant_bytes']} B in {model['str_bytes_constants']} constants); 32-bit model {model['heap_32bit']} B"
+    )
     assert abs(model["heap_64bit"] - measured) <= 0.05 * measured, (model, measured)
 
 
@@ -67,7 +78,9 @@ def test_app_heap_on_32bit_with_bytecode_in_the_heap():
     """As `mqbatch deploy` installs it (.mpy files): imports + App on the 32-bit port."""
     _require()
     h = _heap("--port", "wasm32")
-    print(f"HEAP32 files: imports {h['imports']} B, App {h['app']} B, live {h['live']} B "
-          f"(of which before imports {h['before_imports']} B: interpreter, the two batch buffers)")
+    print(
+        f"HEAP32 files: imports {h['imports']} B, App {h['app']} B, live {h['live']} B "
+        f"(of which before imports {h['before_imports']} B: interpreter, the two batch buffers)"
+    )
     assert h["modules"] == APP_MODULES, h["modules"]
     assert 40_000 < h["imports"] < 120_000 and 2_000 < h["app"] < 20_000, h

@@ -19,8 +19,23 @@ import os
 import sys
 
 # Emscripten errno -> MicroPython's (Linux) numbering
-EMSCRIPTEN_ERRNO = {63: 1, 44: 2, 29: 5, 8: 9, 48: 12, 2: 13, 20: 17, 75: 18, 54: 20, 31: 21, 28: 22,
-                    51: 28, 69: 30, 37: 36, 55: 39}
+EMSCRIPTEN_ERRNO = {
+    63: 1,
+    44: 2,
+    29: 5,
+    8: 9,
+    48: 12,
+    2: 13,
+    20: 17,
+    75: 18,
+    54: 20,
+    31: 21,
+    28: 22,
+    51: 28,
+    69: 30,
+    37: 36,
+    55: 39,
+}
 
 
 _PROBE = bytearray(1)
@@ -130,8 +145,9 @@ class _HeapLock:
             if self.was_enabled:
                 gc.enable()
             if grew:
-                raise MemoryError("memory allocation failed, heap is locked (wasm32 stand-in: %d bytes "
-                                  "allocated while locked)" % grew)
+                raise MemoryError(
+                    "memory allocation failed, heap is locked (wasm32 stand-in: %d bytes allocated while locked)" % grew
+                )
         return self.depth
 
     def locked(self):
@@ -144,11 +160,13 @@ class _Module:
 
 def _urandom(n):
     import random
+
     return bytes(random.getrandbits(8) for _ in range(n))
 
 
 def setup(env, cwd):
     import micropython as real
+
     shim = _Module()
     for name in dir(real):
         if not name.startswith("__"):
@@ -173,6 +191,7 @@ def setup(env, cwd):
 
 def run_tests(module, names):
     from mpyunit import run  # tests/mpy/mpyunit.py, as in the Unix port
+
     run(module, names)
 
 
