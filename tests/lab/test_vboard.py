@@ -104,11 +104,17 @@ def test_vboard_foreground_stops_everything_on_a_signal(tmp_path, sig):
     assert not (flash / PID_FILE).exists()
 
 
-def test_vboard_start_console_stop_in_the_background(tmp_path):
+def start_in_background(tmp_path) -> tuple[pathlib.Path, str, subprocess.CompletedProcess]:
+    """A board with the firmware, started by `mqbatch vboard start` (the caller stops it)."""
     flash = tmp_path / "board"
     flash_with_firmware(flash, tmp_path / "build")
     mq = str(VENV_BIN / "mqbatch")
     start = subprocess.run([mq, "vboard", "start", "--dir", str(flash)], capture_output=True, text=True, timeout=60)
+    return flash, mq, start
+
+
+def test_vboard_start_console_stop_in_the_background(tmp_path):
+    flash, mq, start = start_in_background(tmp_path)
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         assert f"port {flash / 'tty'}" in start.stdout
@@ -217,10 +223,7 @@ def test_host_paths_written_sees_a_write_made_without_the_image(tmp_path):
 
 
 def test_vboard_reset_command_runs_main_again(tmp_path):
-    flash = tmp_path / "board"
-    flash_with_firmware(flash, tmp_path / "build")
-    mq = str(VENV_BIN / "mqbatch")
-    start = subprocess.run([mq, "vboard", "start", "--dir", str(flash)], capture_output=True, text=True, timeout=60)
+    flash, mq, start = start_in_background(tmp_path)
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         assert (flash / "flash.img").stat().st_size == 2 * 1024 * 1024     # DEFAULT_FLASH

@@ -101,13 +101,21 @@ def start(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop(args: argparse.Namespace) -> int:
+def _signal_board(args: argparse.Namespace, sig: int) -> tuple[pathlib.Path, int | None]:
+    """Send `sig` to the supervisor of --dir; (its flash dir, its pid or None: no board, said on stderr)."""
     flash = pathlib.Path(args.dir).resolve()
     pid = _running_pid(flash)
     if pid is None:
         print(f"vboard: no board runs in {flash}", file=sys.stderr)
+    else:
+        os.kill(pid, sig)
+    return flash, pid
+
+
+def stop(args: argparse.Namespace) -> int:
+    flash, pid = _signal_board(args, signal.SIGTERM)
+    if pid is None:
         return 1
-    os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout
     while pathlib.Path(f"/proc/{pid}").exists() and _running_pid(flash) == pid:
         if time.monotonic() > deadline:
@@ -119,12 +127,9 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def reset(args: argparse.Namespace) -> int:
-    flash = pathlib.Path(args.dir).resolve()
-    pid = _running_pid(flash)
+    flash, pid = _signal_board(args, signal.SIGUSR1)  # the supervisor ends the interpreter and boots it again
     if pid is None:
-        print(f"vboard: no board runs in {flash}", file=sys.stderr)
         return 1
-    os.kill(pid, signal.SIGUSR1)  # the supervisor ends the interpreter and boots it again
     print(f"vboard: reset the board in {flash}")
     return 0
 
