@@ -11,7 +11,7 @@ to deploy to like a real one:
 
 `start` runs the board in the background (its pid in DIR/vboard.pid) and returns
 once the port is up; `--foreground` keeps it in this process until Ctrl-C,
-SIGTERM or SIGHUP. Either way stopping ends the interpreter and socat too."""
+SIGTERM or SIGHUP. Either way stopping ends the interpreter too."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def register(sub) -> None:
     s.add_argument("--foreground", action="store_true", help="run in this process until Ctrl-C/SIGTERM/SIGHUP")
     s.add_argument("--timeout", type=float, default=20, help="seconds to wait for the port")
     s.set_defaults(func=start)
-    t = actions.add_parser("stop", help="stop the board of --dir (interpreter and socat)")
+    t = actions.add_parser("stop", help="stop the board of --dir (supervisor and interpreter)")
     t.add_argument("--dir", required=True)
     t.add_argument("--timeout", type=float, default=30)
     t.set_defaults(func=stop)
