@@ -60,7 +60,7 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
             if not p.name.startswith(".")
         }  # the .mqbatch-run marker marks the folder, stays on the host
         assert {"main.py", "mqb_app.mpy", "mqb_board.mpy", "mqb_codec.mpy", "config.json", "ca.pem"} <= set(built)
-        landed = {n: hashlib.sha256((flash / n).read_bytes()).hexdigest() for n in built}
+        landed = {n: hashlib.sha256(vb.get(n) or b"").hexdigest() for n in built}   # from its flash image
         assert landed == built
         vb.wait_boot(2)  # the reset restarted the interpreter, which runs main.py
         msgs = sub.wait_for(2, timeout=30)
@@ -221,7 +221,7 @@ def test_wrong_port_is_one_clear_line(tmp_path):
     not_a_tty.write_text("")
     proc = deploy_cmd(tmp_path, base, str(not_a_tty))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "removing stale module files" in proc.stderr and "mpremote failed" in proc.stderr
+    assert "reading the board type" in proc.stderr and "mpremote failed" in proc.stderr   # the first step
     assert "os.remove" not in proc.stderr
 
 
@@ -235,15 +235,34 @@ def test_config_only_deploy_removes_module_files_that_would_shadow_frozen_ones(t
     with VirtualBoard(flash) as vb:
         full = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
         assert full.returncode == 0, full.stderr
-        assert (flash / "mqb_app.mpy").exists() and (flash / "mqb_board.mpy").exists()
-        (flash / "mqb_codec.py").write_text("# stale source\n")
-        (flash / "notes.txt").write_text("mine")
+        assert {"mqb_app.mpy", "mqb_board.mpy"} <= set(vb.listdir())
+        put = subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(vb.tty), "resume", "exec",
+                              "for n, t in (('mqb_codec.py', '# stale source'), ('notes.txt', 'mine')):\n"
+                              "    with open(n, 'w') as f:\n        f.write(t)"],
+                             capture_output=True, text=True, timeout=60)
+        assert put.returncode == 0, put.stderr
         cfg["sample_hz"] = 5
         only = deploy_cmd(tmp_path, cfg, str(vb.tty), "--config-only", "--no-reset")
         assert only.returncode == 0, only.stderr
         assert "verified 2 files" in only.stdout
-    left = sorted(p.name for p in flash.iterdir())
+    left = vb.listdir()
     assert not [n for n in left if n.startswith("mqb_")], left
-    assert json.loads((flash / "config.json").read_text())["sample_hz"] == 5
-    assert (flash / "main.py").read_bytes() == (FIRMWARE / "main.py").read_bytes()
-    assert (flash / "notes.txt").read_text() == "mine"
+    assert json.loads(vb.get("config.json"))["sample_hz"] == 5
+    assert vb.get("main.py") == (FIRMWARE / "main.py").read_bytes()
+    assert vb.get("notes.txt") == b"mine"
+
+
+def test_deploy_names_the_wrong_board_type(tmp_path):
+    """An esp32 build sent to a unix board is refused before anything is copied, naming
+    what the board is (it used to fail later with a bare OSError [Errno 5])."""
+    cfg = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
+    cfg["broker"].update(tls=False, ca=None, port=1)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with VirtualBoard(tmp_path / "board") as vb:
+        proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "esp32",
+                               "--config", str(tmp_path / "config.json"), "--build-dir", str(tmp_path / "build")],
+                              capture_output=True, text=True, timeout=180)
+        names = vb.listdir()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "is not a esp32 board: it runs MicroPython for linux (--board unix)" in proc.stderr, proc.stderr
+    assert "Errno" not in proc.stderr and names == [], names
