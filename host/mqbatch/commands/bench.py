@@ -101,7 +101,14 @@ def bench_latency(args: argparse.Namespace) -> int:
     return run_latency(args)
 
 
+def bench_fleet(args: argparse.Namespace) -> int:
+    from mqbatch.bench.fleet import bench_fleet as run_fleet
+
+    return run_fleet(args)
+
+
 TARGETS = {
+    "fleet": bench_fleet,
     "wire": bench_wire,
     "spark": bench_spark,
     "device": bench_device.bench_device,
@@ -154,6 +161,9 @@ def register(sub) -> None:
             "steady state and after a broker outage (the demo)",
         )
     )
+    from mqbatch.bench.fleet import add_arguments as fleet_arguments
+
+    fleet_arguments(targets.add_parser("fleet", help="N simulated devices -> broker -> recorder -> streaming job"))
     a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")
