@@ -297,10 +297,11 @@ async def run_devices(devices: list[tuple[str, str, bytes]], opts: SimOptions, c
     devs = [Device(d, pw, key, opts, ctx, stats) for d, pw, key in devices]
     stop_all = asyncio.Event()
     conns = []
+    tasks: set[asyncio.Task] = set()  # strong references: the loop keeps only weak ones
     loop_start = time.monotonic()
     for i, d in enumerate(devs):  # staggered: TLS handshakes spread over the ramp
         delay = opts.ramp_s * i / max(1, len(devs))
-        conns.append(asyncio.get_running_loop().call_later(delay, _start, d, stop_all))
+        conns.append(asyncio.get_running_loop().call_later(delay, _start, d, stop_all, tasks))
     period = 1.0 / opts.rate
     # each device samples on its own phase so the fleet's PUBLISHes are spread over time
     phase = [opts.ramp_s * i / max(1, len(devs)) + period * ((i * 0.618) % 1.0) for i in range(len(devs))]
@@ -341,8 +342,11 @@ async def run_devices(devices: list[tuple[str, str, bytes]], opts: SimOptions, c
     for d in devs:
         if d.writer is not None:
             d.writer.close()
-    for t in asyncio.all_tasks() - {asyncio.current_task()}:
+    for c in conns:
+        c.cancel()
+    for t in tasks:
         t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     stats["outbox"] = sum(d.outbox_records + len(d.pending) for d in devs)
     return {
         "stats": dict(stats),
@@ -350,5 +354,5 @@ async def run_devices(devices: list[tuple[str, str, bytes]], opts: SimOptions, c
     }
 
 
-def _start(d: Device, stop_all: asyncio.Event) -> None:
-    asyncio.ensure_future(d.run_connection(stop_all))
+def _start(d: Device, stop_all: asyncio.Event, tasks: set) -> None:
+    tasks.add(asyncio.ensure_future(d.run_connection(stop_all)))
