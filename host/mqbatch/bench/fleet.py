@@ -289,10 +289,31 @@ def _wait_for(text: str, path: pathlib.Path, proc: subprocess.Popen, timeout: fl
         time.sleep(0.5)
 
 
+def stack_recorder(stack, run_dir: pathlib.Path, extra: tuple[str, ...] = ()):
+    """`mqbatch ingest` (not started) for a LocalStack: its recorder account, landing in
+    run_dir/landing, log in run_dir/recorder.log."""
+    from mqbatch.lab.recproc import RecorderProcess
+    from mqbatch.lab.stack import RECORDER_CLIENT_ID
+
+    pw = run_dir / "recorder.pw"
+    pw.write_text(stack.recorder_login[1])
+    pw.chmod(0o600)
+    return RecorderProcess(
+        run_dir / "recorder.log",
+        host=stack.broker.host,
+        port=stack.broker.port,
+        cafile=stack.ca_cert,
+        landing=run_dir / "landing",
+        client_id=RECORDER_CLIENT_ID,
+        username=stack.recorder_login[0],
+        password_file=pw,
+        extra=extra,
+    )
+
+
 def run_fleet(args: argparse.Namespace, say=print) -> dict:
     from mqbatch.lab.devices import device_ids
-    from mqbatch.lab.recproc import RecorderProcess
-    from mqbatch.lab.stack import RECORDER_CLIENT_ID, LocalStack
+    from mqbatch.lab.stack import LocalStack
 
     n = args.devices
     _raise_nofile(n)
@@ -307,21 +328,8 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
     spark = None
     rec = None
     try:
-        pw = run_dir / "recorder.pw"
-        pw.write_text(stack.recorder_login[1])
-        pw.chmod(0o600)
         landing = run_dir / "landing"
-        rec = RecorderProcess(
-            run_dir / "recorder.log",
-            host=stack.broker.host,
-            port=stack.broker.port,
-            cafile=stack.ca_cert,
-            landing=landing,
-            client_id=RECORDER_CLIENT_ID,
-            username=stack.recorder_login[0],
-            password_file=pw,
-            extra=("--roll-seconds", str(args.roll_seconds)),
-        ).start()
+        rec = stack_recorder(stack, run_dir, ("--roll-seconds", str(args.roll_seconds))).start()
         landing.mkdir(exist_ok=True)
         out = run_dir / "spark-out"
         spark_log_path = run_dir / "spark.log"

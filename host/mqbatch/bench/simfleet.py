@@ -120,6 +120,7 @@ class SimOptions:
     ramp_s: float = 10.0  # connections spread over this long
     max_outbox: int = 100_000  # records; beyond it the oldest batch is dropped (counted)
     drop_batch: int = -1  # lab fault for the loss check: this global batch index is "stored" but never sent
+    e2e: bool = True  # False: no batch-seq, a batch leaves the outbox on its PUBACK (the cost baseline)
 
 
 COUNTERS = (
@@ -150,6 +151,7 @@ class Device:
         self.outbox: collections.OrderedDict[int, list] = collections.OrderedDict()  # first -> [last, pkt args, sent]
         self.outbox_records = 0
         self.sample_ms = array.array("q")
+        self.inflight: dict[int, int] = {}  # packet id -> first seq of the batch it carries
         self.writer: asyncio.StreamWriter | None = None
         self.pid = 0
         self.connected = asyncio.Event()
@@ -182,7 +184,8 @@ class Device:
         last = self.seq - 1
         first = last - len(self.pending) + 1
         props, payload = codec.encode_batch(self.pending)
-        props.append((e2eack.PROPERTY, e2eack.format_batch_seq(BOOT, first, last)))
+        if self.o.e2e:
+            props.append((e2eack.PROPERTY, e2eack.format_batch_seq(BOOT, first, last)))
         props.append(integrity.sign(self.key, self.topic, props, payload))
         self.pending = []
         self.stats["batches"] += 1
@@ -202,7 +205,9 @@ class Device:
         if entry is None or self.writer is None or not self.connected.is_set():
             return
         last, props, payload, sent = entry
-        self.writer.write(publish_packet(self.topic, self._next_pid(), props, payload))
+        pid = self._next_pid()
+        self.inflight[pid] = first
+        self.writer.write(publish_packet(self.topic, pid, props, payload))
         self.last_tx = time.monotonic()
         n = last - first + 1
         self.stats["republished" if sent is not None else "published"] += n
@@ -222,6 +227,13 @@ class Device:
                 lst = self.outbox.pop(f)[0]
                 self.outbox_records -= lst - f + 1
                 self.stats["acked"] += lst - f + 1
+
+    def on_puback(self, pid: int) -> None:
+        first = self.inflight.pop(pid, None)
+        if not self.o.e2e and first in self.outbox:  # without e2e acks the broker's PUBACK ends a batch
+            lst = self.outbox.pop(first)[0]
+            self.outbox_records -= lst - first + 1
+            self.stats["acked"] += lst - first + 1
 
     async def run_connection(self, stop_all: asyncio.Event) -> None:
         """Connect, subscribe, (re)send the outbox, read until the connection ends; reconnect."""
@@ -263,12 +275,14 @@ class Device:
                                 writer.write(puback_packet(pid))
                             self.on_ack(payload)
                         elif kind == 4:
+                            self.on_puback(struct.unpack_from(">H", body)[0])
                             self.stats["pubacks"] += 1
                             if len(body) > 2 and body[2] >= 0x80:
                                 self.stats["puback_errors"] += 1
                 finally:
                     self.connected.clear()
                     self.writer = None
+                    self.inflight.clear()
                     self.stats["connected"] -= 1
             except (OSError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, ValueError) as e:
                 self.stats["disconnects"] += 1

@@ -107,8 +107,15 @@ def bench_fleet(args: argparse.Namespace) -> int:
     return run_fleet(args)
 
 
+def bench_e2e_cost(args: argparse.Namespace) -> int:
+    from mqbatch.bench.e2ecost import bench_e2e_cost as run_e2e_cost
+
+    return run_e2e_cost(args)
+
+
 TARGETS = {
     "fleet": bench_fleet,
+    "e2e-cost": bench_e2e_cost,
     "wire": bench_wire,
     "spark": bench_spark,
     "device": bench_device.bench_device,
@@ -164,6 +171,9 @@ def register(sub) -> None:
     from mqbatch.bench.fleet import add_arguments as fleet_arguments
 
     fleet_arguments(targets.add_parser("fleet", help="N simulated devices -> broker -> recorder -> streaming job"))
+    from mqbatch.bench.e2ecost import add_arguments as e2e_cost_arguments
+
+    e2e_cost_arguments(targets.add_parser("e2e-cost", help="wire bytes end-to-end acks add per batch and record"))
     a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")
