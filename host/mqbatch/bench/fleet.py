@@ -540,9 +540,11 @@ def plot(series: list[dict], ttt, start_wall: float, fig: dict, path: pathlib.Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     t = [m["t"] for m in series]
     f, ax = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
-    ax[0].plot(t, [m["stored_per_s"] for m in series], label="stored by the devices", color="tab:blue")
-    ax[0].plot(t, [m["table_per_s"] for m in series], label="readable in records/", color="tab:orange")
-    ax[0].set_ylabel("records/s")
+    # cumulative counts: a micro-batch lands at once, so a rate would be one spike
+    ax[0].plot(t, [m["stored"] for m in series], label="stored by the devices", color="tab:blue")
+    ax[0].plot(t, [m["acked"] for m in series], label="acked end to end", color="tab:green", ls="--")
+    ax[0].plot(t, [m["table_rows"] for m in series], label="readable in records/", color="tab:orange")
+    ax[0].set_ylabel("records (cumulative)")
     ax[0].legend(loc="upper left")
     ax[1].plot(t, [m["outbox"] for m in series], label="records in outboxes (not acked)", color="tab:red")
     ax[1].set_ylabel("records")
