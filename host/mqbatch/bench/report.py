@@ -497,6 +497,47 @@ def _table_latency_section(r: dict) -> list[str]:
     ]
 
 
+def _fleet_section(r: dict) -> list[str]:
+    from mqbatch.bench.fleet import report_lines
+
+    return [
+        "## Fleet scale (`mqbatch bench fleet`)",
+        "",
+        _provenance(r),
+        "",
+        "```",
+        *report_lines(r["figures"]),
+        "```",
+        "",
+        "More sizes, the settings that give what time to table, and what breaks first: docs/scale.md.",
+        "",
+    ]
+
+
+def _e2e_cost_section(r: dict) -> list[str]:
+    rows = r["figures"]["rows"]
+    return [
+        "## What end-to-end acks cost on the wire (`mqbatch bench e2e-cost`)",
+        "",
+        _provenance(r),
+        "",
+        "| batch | without, B/batch | with, B/batch | TLS bytes added per batch | added B/batch (TLS + TCP/IP) "
+        "| added B/record |",
+        "|--:|--:|--:|--:|--:|--:|",
+        *(
+            f"| {x['batch']} | {x['without']['total_wire_bytes']:,.1f} | {x['with']['total_wire_bytes']:,.1f} | "
+            f"{x['extra_tls_bytes_per_batch']:,.1f} | {x['extra_bytes_per_batch']:,.1f} | "
+            f"{x['extra_bytes_per_record']:.2f} |"
+            for x in rows
+        ),
+        "",
+        f"One simulated device, stop-and-wait, {r['figures']['batches']} batches per measurement, through the "
+        "inspecting proxy (TLS record bytes and TCP segments × 52 B, both directions); with = the batch-seq "
+        "property, the recorder's ack PUBLISH and the device's PUBACK of it (docs/e2e-ack.md).",
+        "",
+    ]
+
+
 def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     """Write docs/benchmarks.md and docs/benchmarks/*.png from out/*.json; return the .md path."""
     results = load_results(pathlib.Path(out))
@@ -536,6 +577,10 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     if "spark" in results:
         lines += _spark_section(results["spark"])
     lines += _latency_section(results.get("latency"))
+    if "fleet" in results:
+        lines += _fleet_section(results["fleet"])
+    if "e2e-cost" in results:
+        lines += _e2e_cost_section(results["e2e-cost"])
     md = docs / "benchmarks.md"
     md.write_text("\n".join(lines))
     return md
