@@ -6,8 +6,13 @@ runs, ratios measured in the same run). Targets:
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench/device.py)
   ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
-  latency record sampled -> landed p50/p99 at 10 virtual devices, steady state and
-          after a broker outage (the demo's machinery; mqbatch/bench/latency.py)
+  latency time to table: record sampled -> row readable in records/ in streaming mode,
+          p50/p99, and device -> recorder receive apart (mqbatch/bench/latency.py;
+          --outage: the former demo/outage figure)
+  fleet   N simulated devices (TLS, e2e acks) -> broker -> recorder -> streaming job:
+          records lost (must be 0), time to table, recorder/broker cost, a PNG
+          (mqbatch/bench/fleet.py; docs/scale.md)
+  e2e-cost wire bytes end-to-end acks add per batch and record (mqbatch/bench/e2ecost.py)
   all     the five above in turn (`--quick`: smoke-test sizes, without latency), then
           `report`; `make bench` runs it
   report  docs/benchmarks.md and its PNG plots from the results in run/bench/
@@ -164,8 +169,7 @@ def register(sub) -> None:
     latency_arguments(
         targets.add_parser(
             "latency",
-            help="record sampled -> landed p50/p99, 10 virtual devices, "
-            "steady state and after a broker outage (the demo)",
+            help="time to table (sampled -> readable in records/, streaming) p50/p99; --outage: the former figure",
         )
     )
     from mqbatch.bench.fleet import add_arguments as fleet_arguments
