@@ -285,8 +285,9 @@ class Device:
                     self.inflight.clear()
                     self.stats["connected"] -= 1
             except (OSError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, ValueError) as e:
-                self.stats["disconnects"] += 1
-                self.stats["last_error"] = f"{self.dev}: {type(e).__name__}: {e}"
+                if not stop_all.is_set():  # not the end of the run's own DISCONNECT
+                    self.stats["disconnects"] += 1
+                    self.stats["last_error"] = f"{self.dev}: {type(e).__name__}: {e}"
             finally:
                 writer.close()
             if not stop_all.is_set():
@@ -351,8 +352,8 @@ async def run_devices(devices: list[tuple[str, str, bytes]], opts: SimOptions, c
             report(dict(stats))
             last_report = now
         await asyncio.sleep(min(0.05, period / 4))
-    await asyncio.gather(*(d.disconnect() for d in devs), return_exceptions=True)
     stop_all.set()
+    await asyncio.gather(*(d.disconnect() for d in devs), return_exceptions=True)
     for d in devs:
         if d.writer is not None:
             d.writer.close()
