@@ -44,6 +44,8 @@ def test_stream_latency_labels_time_to_table_apart_from_recorder_receive():
         "stored_per_s": 100.0,
         "table_per_s_steady": 90.0,
         "rows": 5,
+        "landing_files": 2,
+        "landing_files_not_in_table": 0,
         "stored": 5,
         "lost": 0,
         "extra_rows": 0,

@@ -81,7 +81,7 @@ def bench_table(args: argparse.Namespace) -> int:
         ack_timeout=30.0,
         ramp_s=2.0,
         drain_s=120.0,
-        table_wait_s=max(180.0, 3 * args.roll_seconds + 6 * args.trigger_seconds),
+        table_wait_s=900.0,
         progress_s=15.0,
         fault_drop_batch=-1,
         out=args.out,
