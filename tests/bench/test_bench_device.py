@@ -24,6 +24,11 @@ def test_bench_device_quick_prints_every_figure():
         ("publish_batch, 100 records:", "us/batch"),
         ("sample -> encoder -> client, QoS 1, flush per batch:", "records/s"),
         (
+            "the app's per-record path: sample -> outbox append (flushed per batch) -> read back -> PUBLISH "
+            "QoS 1 -> PUBACK -> outbox ack, 100-record batches:",
+            "records/s",
+        ),
+        (
             "ONE prebuilt batch (100 x 24 B) republished, no record sampled, stored or encoded (PUBLISH/s x 100): "
             "stop-and-wait flush()",
             "PUBLISH/s",

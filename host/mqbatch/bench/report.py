@@ -339,6 +339,14 @@ def _device_section(r: dict) -> list[str]:
         f"| heap bytes per record (GC off) | {_spread(f['alloc'], '.1f')} | 0 |",
         f"| `publish_batch`, 100 records, µs/batch | {_spread(f['us_per_publish'])} | |",
         f"| sample → encoder → client, QoS 1, records/s | {_spread(f['pipeline'])} | |",
+        *(
+            [
+                "| the app's per-record path: sample → outbox append (flushed per batch) → read back → PUBLISH "
+                f"QoS 1 → PUBACK → outbox ack, records/s | {_spread(f['app_path'])} | |"
+            ]
+            if "app_path" in f
+            else []
+        ),
         "| one prebuilt 100-record batch republished, QoS 1 stop-and-wait `flush()`, PUBLISH/s "
         f"(× 100 = record slots/s; no record sampled, stored or encoded) | {_spread([w / 100 for w in f['wait']])} "
         f"({_spread(f['wait'])}) | |",
