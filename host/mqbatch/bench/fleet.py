@@ -369,10 +369,9 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
         devs = [(d, pw_, stack.hmac_keys[d]) for d, pw_ in stack.credentials.items()]
         workers = max(1, min(args.workers, n))
         for w in range(workers):
-            wopts = simfleet.SimOptions(**{**opts.__dict__, "drop_batch": args.fault_drop_batch if w == 0 else -1})
             p = ctx.Process(
                 target=_worker,
-                args=(w, devs[w::workers], wopts, flush_ev, end_ev, q, str(run_dir / f"samples-{w}.npz")),
+                args=(w, devs[w::workers], opts, flush_ev, end_ev, q, str(run_dir / f"samples-{w}.npz")),
                 daemon=True,
             )
             p.start()
@@ -706,4 +705,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-s", type=float, default=10.0, help="progress line interval")
     p.add_argument("--run-dir", default=None, help="keep the run here (default: a temporary directory)")
     p.add_argument("--check", metavar="RUN_DIR", help="only recompute lost records of a kept run (exit 1 if any)")
-    p.add_argument("--fault-drop-batch", type=int, default=-1, help=argparse.SUPPRESS)  # the loss check's test

@@ -83,7 +83,6 @@ def bench_table(args: argparse.Namespace) -> int:
         drain_s=120.0,
         table_wait_s=900.0,
         progress_s=15.0,
-        fault_drop_batch=-1,
         out=args.out,
     )
     print(

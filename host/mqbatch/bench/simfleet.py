@@ -119,7 +119,6 @@ class SimOptions:
     ack_timeout: float = 30.0  # s without an end-to-end ack before a batch is published again
     ramp_s: float = 10.0  # connections spread over this long
     max_outbox: int = 100_000  # records; beyond it the oldest batch is dropped (counted)
-    drop_batch: int = -1  # lab fault for the loss check: this global batch index is "stored" but never sent
     e2e: bool = True  # False: no batch-seq, a batch leaves the outbox on its PUBACK (the cost baseline)
 
 
@@ -129,7 +128,6 @@ COUNTERS = (
     "republished",
     "acked",
     "dropped",
-    "fault_dropped",
     "batches",
     "pubacks",
     "puback_errors",
@@ -189,9 +187,6 @@ class Device:
         props.append(integrity.sign(self.key, self.topic, props, payload))
         self.pending = []
         self.stats["batches"] += 1
-        if self.stats["batches"] - 1 == self.o.drop_batch:  # the loss check's fault: stored, never sent
-            self.stats["fault_dropped"] += last - first + 1
-            return
         self.outbox[first] = [last, props, payload, None]
         self.outbox_records += last - first + 1
         while self.outbox_records > self.o.max_outbox:
