@@ -622,8 +622,9 @@ def report_lines(fig: dict) -> list[str]:
         f"  landing files {fig['landing_files']:,}, not taken by the streaming job at the end "
         f"{fig['landing_files_not_in_table']:,}",
         f"  records/ rows {fig['rows']:,} ({fig['table_per_s_steady'] or 0:,.0f}/s median while sampling); "
-        f"LOST {fig['lost']:,} (of which still in device outboxes {tot['outbox']:,}); rows not stored by any "
-        f"device {fig['extra_rows']:,}; duplicate rows {fig['duplicate_rows']:,}",
+        f"LOST {fig['lost']:,}; rows not stored by any device {fig['extra_rows']:,}; duplicate rows "
+        f"{fig['duplicate_rows']:,}; device outboxes hold {tot['outbox']:,} records not acked end to end "
+        "(landed ones among them: their ack did not arrive)",
     ]
     if t.get("n"):
         lines.append(
