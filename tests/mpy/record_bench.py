@@ -43,7 +43,11 @@ t0 = time.ticks_us()
 records_only(batches)
 us_sample = time.ticks_diff(time.ticks_us(), t0) / (batches * PER_BATCH)
 
-tr = Transport(host, port, cafile=ca, server_hostname="localhost") if ca != "-" else Transport(host, port, plain_tcp=True)
+tr = (
+    Transport(host, port, cafile=ca, server_hostname="localhost")
+    if ca != "-"
+    else Transport(host, port, plain_tcp=True)
+)
 client = Client(tr, b"bench-records", keepalive=0)
 client.connect()
 pub_us = 0
@@ -68,9 +72,15 @@ pub_us = 0
 t0 = time.ticks_us()
 pipeline(batches)
 dt = time.ticks_diff(time.ticks_us(), t0)
-result = {"tls": ca != "-", "batches": batches, "record_bytes": 38, "us_per_sample": us_sample,
-          "alloc_per_record": alloc / (batches * PER_BATCH), "us_per_publish": pub_us / batches,
-          "records_per_s": batches * PER_BATCH * 1e6 / dt}
+result = {
+    "tls": ca != "-",
+    "batches": batches,
+    "record_bytes": 38,
+    "us_per_sample": us_sample,
+    "alloc_per_record": alloc / (batches * PER_BATCH),
+    "us_per_publish": pub_us / batches,
+    "records_per_s": batches * PER_BATCH * 1e6 / dt,
+}
 
 if len(sys.argv) > 5:
     from mqb_codec import BatchEncoder
