@@ -676,11 +676,14 @@ def bench_fleet(args: argparse.Namespace) -> int:
         print(line)
     print(f"plot: {fig['plot']}")
     write_result(args, "fleet", fig)
-    bad = fig["lost"] or fig["extra_rows"] or fig["device_totals"]["dropped"]
+    tot = fig["device_totals"]
+    bad = fig["lost"] or fig["extra_rows"] or tot["dropped"] or tot["outbox"]
     if bad:
         print(
             f"bench fleet: FAILED: {fig['lost']:,} records lost (first devices: {fig['lost_devices']}), "
-            f"{fig['extra_rows']:,} rows no device stored, {fig['device_totals']['dropped']:,} dropped on devices",
+            f"{fig['extra_rows']:,} rows no device stored, {tot['dropped']:,} dropped on devices, "
+            f"{tot['outbox']:,} never acked end to end (left in the device outboxes: a device would keep "
+            "them on flash and send them again, until its outbox is full)",
             file=sys.stderr,
         )
     return 1 if bad else 0
