@@ -24,10 +24,57 @@ def test_phases_split_records_by_sampling_time():
     assert phases([], [], (1.0, 2.0))["steady state"] == {"n": 0}
 
 
+def test_stream_latency_labels_time_to_table_apart_from_recorder_receive():
+    from mqbatch.bench.fleet import report_lines
+    from mqbatch.bench.report import _latency_section
+
+    pct = {"n": 10, "p50": 20.0, "p99": 30.0, "max": 31.0}
+    fig = {
+        "mode": "stream",
+        "devices": 10,
+        "rate": 10.0,
+        "batch": 20,
+        "minutes": 2,
+        "workers": 1,
+        "ramp_s": 2.0,
+        "roll_seconds": 60.0,
+        "trigger_seconds": 10,
+        "ack_timeout": 30.0,
+        "device_totals": dict.fromkeys(("stored", "published", "republished", "acked", "outbox", "dropped"), 5),
+        "stored_per_s": 100.0,
+        "table_per_s_steady": 90.0,
+        "rows": 5,
+        "landing_files": 2,
+        "landing_files_not_in_table": 0,
+        "stored": 5,
+        "lost": 0,
+        "extra_rows": 0,
+        "duplicate_rows": 0,
+        "time_to_table_s": pct,
+        "time_to_table_steady_s": pct,
+        "first_rows_after_s": 40.0,
+        "device_to_recorder_ms": {"n": 10, "p50": 1000.0, "p99": 2000.0, "max": 2100.0},
+        "recorder_cpu_pct_steady": 3.0,
+        "recorder_peak_rss_mb": 80.0,
+        "broker_connections_max": 11,
+        "broker_rss_mb_max": 10.0,
+        "spark_batches": 3,
+    }
+    text = "\n".join(report_lines(fig))
+    assert "time to table, all (sampled on the device -> row readable in records/" in text
+    assert "device -> recorder receive (received_at - device time, not the table): p50 1.00 s" in text
+    doc = {"figures": fig, "command": "mqbatch bench latency", "finished_utc": "x", "quick": False}
+    doc |= {"machine": {"cpu": "c", "cores": 2, "memory_gb": 1, "os": "L", "load_average": [1, 1, 1]}}
+    doc["versions"] = {"mqbatch": "0"}
+    md = "\n".join(_latency_section(doc))
+    assert "| time to table, steady | 10 | 20.0 | 30.0 | 31.0 |" in md
+    assert "| device → recorder received (not a table) | 10 | 1.0 | 2.0 | 2.1 |" in md
+
+
 @pytest.mark.slow
 @pytest.mark.broker
-def test_bench_latency_quick_prints_percentiles_and_writes_json(tmp_path):
-    out = run_bench("latency", "--quick", "--out", str(tmp_path), timeout=600)
+def test_bench_latency_outage_quick_prints_percentiles_and_writes_json(tmp_path):
+    out = run_bench("latency", "--outage", "--quick", "--out", str(tmp_path), timeout=600)
     for phase in ("steady state", "after outage"):
         assert re.search(
             rf"^  {phase} +latency p50 [\d,]+ ms, p99 [\d,]+ ms, max [\d,]+ ms \([\d,]+ records\)$", out, re.M

@@ -5,7 +5,11 @@
 #   alloc_per_record: heap bytes per sample() with the GC disabled (after a warm-up)
 #   us_per_publish: publish_batch of one 100-record batch (sending, not the PUBACK wait)
 #   records_per_s: sample x 100 + publish_batch + flush(), QoS 1, records per second
-# Usage: micropython record_bench.py HOST PORT CA|- BATCHES
+#   app_records_per_s (with OUTBOX_DIR): the application's per-record path: sample x 100,
+#     Outbox.append of the batch (written and flushed to its segment file, as App._seal),
+#     Outbox.read back into the send encoder (as App._load), publish_batch, flush() (the
+#     PUBACK), Outbox.ack; records per second
+# Usage: micropython record_bench.py HOST PORT CA|- BATCHES [OUTBOX_DIR]
 import gc
 import json
 import sys
@@ -39,7 +43,11 @@ t0 = time.ticks_us()
 records_only(batches)
 us_sample = time.ticks_diff(time.ticks_us(), t0) / (batches * PER_BATCH)
 
-tr = Transport(host, port, cafile=ca, server_hostname="localhost") if ca != "-" else Transport(host, port, plain_tcp=True)
+tr = (
+    Transport(host, port, cafile=ca, server_hostname="localhost")
+    if ca != "-"
+    else Transport(host, port, plain_tcp=True)
+)
 client = Client(tr, b"bench-records", keepalive=0)
 client.connect()
 pub_us = 0
@@ -64,7 +72,48 @@ pub_us = 0
 t0 = time.ticks_us()
 pipeline(batches)
 dt = time.ticks_diff(time.ticks_us(), t0)
+result = {
+    "tls": ca != "-",
+    "batches": batches,
+    "record_bytes": 38,
+    "us_per_sample": us_sample,
+    "alloc_per_record": alloc / (batches * PER_BATCH),
+    "us_per_publish": pub_us / batches,
+    "records_per_s": batches * PER_BATCH * 1e6 / dt,
+}
+
+if len(sys.argv) > 5:
+    from mqb_codec import BatchEncoder
+    from mqb_outbox import Outbox
+
+    outbox = Outbox(sys.argv[5])
+    out = BatchEncoder(bytearray(4096 + 80), headroom=80, max_count=PER_BATCH)
+    out_view = memoryview(out.buf)[80:]
+    seq = [0]
+
+    def app_path(k):
+        b = 0
+        while b < k:
+            fill()
+            eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
+            if eid < 0:
+                raise RuntimeError("outbox refused the batch: %d" % eid)
+            seq[0] += PER_BATCH
+            n = outbox.read(eid, out_view)
+            if n < 0:
+                raise RuntimeError("outbox entry %d unreadable: %d" % (eid, n))
+            out.load(n, outbox.entry_records)
+            if client.publish_batch(out, TOPIC, 1) < 0:
+                raise RuntimeError("publish_batch did not send")
+            if client.flush(10000):
+                raise RuntimeError("no PUBACK within 10 s")
+            outbox.ack(eid)
+            b += 1
+
+    app_path(5)  # warm-up
+    t0 = time.ticks_us()
+    app_path(batches)
+    result["app_records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
+    outbox.close()
 client.disconnect()
-print(json.dumps({"tls": ca != "-", "batches": batches, "record_bytes": 38, "us_per_sample": us_sample,
-                  "alloc_per_record": alloc / (batches * PER_BATCH), "us_per_publish": pub_us / batches,
-                  "records_per_s": batches * PER_BATCH * 1e6 / dt}))
+print(json.dumps(result))

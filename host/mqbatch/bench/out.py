@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 DEFAULT_OUT = pathlib.Path("run") / "bench"
-TARGETS = ("wire", "device", "ingest", "spark", "latency")
+TARGETS = ("wire", "device", "ingest", "spark", "latency", "fleet", "e2e-cost")
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # set by `bench all` while it runs a target: the command that target stands for, and

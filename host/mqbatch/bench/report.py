@@ -103,6 +103,17 @@ def plot_wire(fig: dict, path: pathlib.Path) -> None:
     )
 
 
+def _errorbar(ax, rows: list[dict], key: str, ys: list[float], **style) -> None:
+    """Medians ys at each row's batch size, bars from the row's min to max."""
+    ax.errorbar(
+        [r["batch"] for r in rows],
+        ys,
+        capsize=3,
+        yerr=[[y - min(r[key]) for y, r in zip(ys, rows)], [max(r[key]) - y for y, r in zip(ys, rows)]],
+        **style,
+    )
+
+
 def _rate_plot(
     fig: dict, path: pathlib.Path, key: str, ylabel: str, title: str, log: bool, variants=tuple(STYLE)
 ) -> None:
@@ -127,36 +138,76 @@ def _rate_plot(
                     label=f"{label} (1 record/PUBLISH): {ys[0]:,.0f}",
                 )
                 continue
-            ax.errorbar(
-                [r["batch"] for r in rows],
-                ys,
-                color=color,
-                marker=marker,
-                ls=ls,
-                label=label,
-                capsize=3,
-                yerr=[[y - min(r[key]) for y, r in zip(ys, rows)], [max(r[key]) - y for y, r in zip(ys, rows)]],
-            )
+            _errorbar(ax, rows, key, ys, color=color, marker=marker, ls=ls, label=label)
     if log:
         ax.set_yscale("log")
     _finish(plt, f, ax, path, ylabel, title)
 
 
-def _finish(plt, f, ax, path: pathlib.Path, ylabel: str, title: str) -> None:
-    """Log x axis of batch sizes with plain labels, legend under the plot, save as PNG."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+QOS_COLOR = {  # one colour per (client, QoS): the two QoS levels of a client are told apart at a glance
+    ("mqbatch", 0): "tab:cyan",
+    ("mqbatch", 1): "tab:blue",
+    ("umqtt.simple", 0): "tab:pink",
+    ("umqtt.simple", 1): "tab:red",
+    ("umqtt.simple+NODELAY", 0): "tab:olive",
+    ("umqtt.simple+NODELAY", 1): "tab:purple",
+}
+NAGLE_BOUND = 1000.0  # records/s: a rate below this is umqtt.simple waiting on Nagle x delayed ACK, not CPU
+
+
+def rate_panels(fig: dict, path: pathlib.Path) -> None:
+    """records/s vs batch size, one panel per QoS (log y), a distinct colour per client and QoS;
+    a rate bound by a TCP timer (umqtt.simple QoS 1 without NODELAY, ~22/s) is named in the
+    panel's note instead of being drawn, so it does not stretch the axis over 4 decades."""
+    plt = _plt()
+    f, axes = plt.subplots(1, 2, figsize=(11, 6), dpi=110, sharey=True)
+    for ax, qos in zip(axes, (0, 1)):
+        notes = []
+        for variant in STYLE:
+            rows = sorted(
+                (r for r in fig["rates"] if r["client"] == variant and r["qos"] == qos), key=lambda r: r["batch"]
+            )
+            if not rows:
+                continue
+            color, marker = QOS_COLOR.get((variant, qos), STYLE[variant][0]), STYLE[variant][1]
+            ys = [_med(r["records_per_s"]) for r in rows]
+            if len(rows) == 1 and variant.startswith("umqtt"):
+                if ys[0] < NAGLE_BOUND:
+                    notes.append(f"{variant}: {ys[0]:,.0f} records/s (Nagle x delayed ACK bound; not drawn)")
+                    continue
+                ax.axhline(ys[0], color=color, ls=":", lw=1.8, label=f"{variant} (1 record/PUBLISH): {ys[0]:,.0f}")
+                continue
+            _errorbar(ax, rows, "records_per_s", ys, color=color, marker=marker, label=variant)
+        ax.set_yscale("log")
+        title = f"QoS {qos}" + ("".join(f"\n{n}" for n in notes))
+        _axes(ax, "records per second (log)" if qos == 0 else "", title)
+    f.suptitle("records/s vs batch size, MicroPython Unix port, TLS to Mosquitto on 127.0.0.1", fontsize=11)
+    f.tight_layout()
+    f.savefig(path)
+    plt.close(f)
+
+
+def _axes(ax, ylabel: str, title: str) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_xscale("log")
     ax.set_xticks([1, 2, 5, 10, 20, 50, 100, 200, 500])
+    if ax.yaxis.get_scale() == "log":
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     for axis in (ax.xaxis, ax.yaxis):
         if axis.get_scale() == "log":
             axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
             axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("records per PUBLISH (batch size)")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+
+
+def _finish(plt, f, ax, path: pathlib.Path, ylabel: str, title: str) -> None:
+    """Log x axis of batch sizes with plain labels, legend under the plot, save as PNG."""
+    _axes(ax, ylabel, title)
     f.tight_layout()
     f.savefig(path)
     plt.close(f)
@@ -288,8 +339,19 @@ def _device_section(r: dict) -> list[str]:
         f"| heap bytes per record (GC off) | {_spread(f['alloc'], '.1f')} | 0 |",
         f"| `publish_batch`, 100 records, µs/batch | {_spread(f['us_per_publish'])} | |",
         f"| sample → encoder → client, QoS 1, records/s | {_spread(f['pipeline'])} | |",
-        f"| QoS 1 stop-and-wait `flush()`, records/s | {_spread(f['wait'])} | |",
-        f"| QoS 1 busy loop on `service()`, records/s | {_spread(f['busy'])} | |",
+        *(
+            [
+                "| the app's per-record path: sample → outbox append (flushed per batch) → read back → PUBLISH "
+                f"QoS 1 → PUBACK → outbox ack, records/s | {_spread(f['app_path'])} | |"
+            ]
+            if "app_path" in f
+            else []
+        ),
+        "| one prebuilt 100-record batch republished, QoS 1 stop-and-wait `flush()`, PUBLISH/s "
+        f"(× 100 = record slots/s; no record sampled, stored or encoded) | {_spread([w / 100 for w in f['wait']])} "
+        f"({_spread(f['wait'])}) | |",
+        "| the same, busy loop on `service()`, PUBLISH/s (× 100 = record slots/s) | "
+        f"{_spread([b / 100 for b in f['busy']])} ({_spread(f['busy'])}) | |",
         f"| stop-and-wait / busy loop (per run) | {_spread(f['ratio'], '.2f')} | ≥ 0.90: "
         f"{'**met**' if ratio >= 0.9 else f'**missed** by {0.9 - ratio:.2f}'} |",
         "",
@@ -374,11 +436,13 @@ def _spark_section(r: dict) -> list[str]:
 
 
 def _latency_section(r: dict | None) -> list[str]:
-    out = ["## End-to-end latency (record sampled → landed)", ""]
+    if r is not None and r["figures"].get("mode") == "stream":
+        return _table_latency_section(r)
+    out = ["## End-to-end latency (record sampled → recorder received; not yet in a table)", ""]
     if r is None:
         return out + [
             "Not measured in this run: `mqbatch bench latency` (part of `mqbatch bench all`, not of "
-            "`--quick`) runs the demo's machinery and fills this section.",
+            "`--quick`) measures time to table in streaming mode and fills this section.",
             "",
         ]
     f = r["figures"]
@@ -409,6 +473,79 @@ def _latency_section(r: dict | None) -> list[str]:
     return out + [""]
 
 
+def _pct_cells(x: dict, scale: float = 1.0) -> str:
+    if not x.get("n"):
+        return "– | – | – | –"
+    return f"{x['n']:,} | " + " | ".join(f"{x[k] / scale:,.1f}" for k in ("p50", "p99", "max"))
+
+
+def _table_latency_section(r: dict) -> list[str]:
+    f = r["figures"]
+    return [
+        "## End-to-end latency: time to table (record sampled → row readable in records/)",
+        "",
+        _provenance(r),
+        "",
+        f"{f['devices']} simulated devices (`mqbatch.bench.simfleet`: batch-format v1, binary records, TLS, "
+        f"end-to-end acks) at {f['rate']:g} records/s each, batches of {f['batch']}, {f['minutes']:g} min, "
+        f"through Mosquitto, `mqbatch ingest --roll-seconds {f['roll_seconds']:g}` and `mqbatch spark --stream "
+        f"--trigger-seconds {f['trigger_seconds']}`. records/ is polled every 0.5 s with pyarrow; each row is "
+        "matched by (device, boot, seq) to the sampling time its device recorded. *Time to table* is what a "
+        "user of the table waits; *device → recorder* (`received_at` − device time) is when the recorder had "
+        "the PUBLISH, before any table has the row (the figure this section showed before). Steady = records "
+        f"sampled after the job's first rows were readable ({f.get('first_rows_after_s') or 0:.0f} s in: its "
+        f"cold start). Records lost: {f['lost']:,} of {f['stored']:,}.",
+        "",
+        "| figure | records | p50 (s) | p99 (s) | max (s) |",
+        "|---|--:|--:|--:|--:|",
+        f"| time to table, steady | {_pct_cells(f.get('time_to_table_steady_s') or {})} |",
+        f"| time to table, all after the connection ramp | {_pct_cells(f['time_to_table_s'])} |",
+        f"| device → recorder received (not a table) | {_pct_cells(f['device_to_recorder_ms'], 1000.0)} |",
+        "",
+    ]
+
+
+def _fleet_section(r: dict) -> list[str]:
+    from mqbatch.bench.fleet import report_lines
+
+    return [
+        "## Fleet scale (`mqbatch bench fleet`)",
+        "",
+        _provenance(r),
+        "",
+        "```",
+        *report_lines(r["figures"]),
+        "```",
+        "",
+        "More sizes, the settings that give what time to table, and what breaks first: docs/scale.md.",
+        "",
+    ]
+
+
+def _e2e_cost_section(r: dict) -> list[str]:
+    rows = r["figures"]["rows"]
+    return [
+        "## What end-to-end acks cost on the wire (`mqbatch bench e2e-cost`)",
+        "",
+        _provenance(r),
+        "",
+        "| batch | without, B/batch | with, B/batch | TLS bytes added per batch | added B/batch (TLS + TCP/IP) "
+        "| added B/record |",
+        "|--:|--:|--:|--:|--:|--:|",
+        *(
+            f"| {x['batch']} | {x['without']['total_wire_bytes']:,.1f} | {x['with']['total_wire_bytes']:,.1f} | "
+            f"{x['extra_tls_bytes_per_batch']:,.1f} | {x['extra_bytes_per_batch']:,.1f} | "
+            f"{x['extra_bytes_per_record']:.2f} |"
+            for x in rows
+        ),
+        "",
+        f"One simulated device, stop-and-wait, {r['figures']['batches']} batches per measurement, through the "
+        "inspecting proxy (TLS record bytes and TCP segments × 52 B, both directions); with = the batch-seq "
+        "property, the recorder's ack PUBLISH and the device's PUBACK of it (docs/e2e-ack.md).",
+        "",
+    ]
+
+
 def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     """Write docs/benchmarks.md and docs/benchmarks/*.png from out/*.json; return the .md path."""
     results = load_results(pathlib.Path(out))
@@ -420,7 +557,7 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
         "",
         "Generated by `mqbatch bench all` (`make bench`) from `run/bench/*.json`; do not edit by hand. "
         "`mqbatch bench report` renders this page again from those files; `mqbatch bench TARGET` "
-        "(wire, device, ingest, spark, latency) reruns one part. `bench all --quick` (the CI smoke test, without latency) renders "
+        "(wire, device, ingest, spark, latency; fleet and e2e-cost are rendered when their results are present) reruns one part. `bench all --quick` (the CI smoke test, without latency) renders "
         "into run/bench/ and never overwrites docs/. Every figure was measured in the run named under its "
         "heading; ratios are computed within one run.",
         "",
@@ -430,14 +567,7 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     if "wire" in results:
         fig = results["wire"]["figures"]
         plot_wire(fig, img_dir / "wire_bytes.png")
-        _rate_plot(
-            fig,
-            img_dir / "records_per_s.png",
-            "records_per_s",
-            "records per second (log)",
-            "records/s vs batch size, MicroPython Unix port, TLS (mqbatch: QoS 1 solid, QoS 0 dashed)",
-            True,
-        )
+        rate_panels(fig, img_dir / "records_per_s.png")
         _rate_plot(
             fig,
             img_dir / "heap.png",
@@ -455,6 +585,10 @@ def render(out: pathlib.Path, docs: pathlib.Path) -> pathlib.Path:
     if "spark" in results:
         lines += _spark_section(results["spark"])
     lines += _latency_section(results.get("latency"))
+    if "fleet" in results:
+        lines += _fleet_section(results["fleet"])
+    if "e2e-cost" in results:
+        lines += _e2e_cost_section(results["e2e-cost"])
     md = docs / "benchmarks.md"
     md.write_text("\n".join(lines))
     return md

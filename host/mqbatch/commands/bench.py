@@ -6,8 +6,13 @@ runs, ratios measured in the same run). Targets:
   spark   records/s of the Spark pipeline on a generated landing zone (docs/spark.md)
   device  the device hot path in the MicroPython Unix port (mqbatch/bench/device.py)
   ingest  the recorder's PUBLISH/s and peak RSS against a counting subscriber (docs/ingest.md)
-  latency record sampled -> landed p50/p99 at 10 virtual devices, steady state and
-          after a broker outage (the demo's machinery; mqbatch/bench/latency.py)
+  latency time to table: record sampled -> row readable in records/ in streaming mode,
+          p50/p99, and device -> recorder receive apart (mqbatch/bench/latency.py;
+          --outage: the former demo/outage figure)
+  fleet   N simulated devices (TLS, e2e acks) -> broker -> recorder -> streaming job:
+          records lost (must be 0), time to table, recorder/broker cost, a PNG
+          (mqbatch/bench/fleet.py; docs/scale.md)
+  e2e-cost wire bytes end-to-end acks add per batch and record (mqbatch/bench/e2ecost.py)
   all     the five above in turn (`--quick`: smoke-test sizes, without latency), then
           `report`; `make bench` runs it
   report  docs/benchmarks.md and its PNG plots from the results in run/bench/
@@ -101,7 +106,21 @@ def bench_latency(args: argparse.Namespace) -> int:
     return run_latency(args)
 
 
+def bench_fleet(args: argparse.Namespace) -> int:
+    from mqbatch.bench.fleet import bench_fleet as run_fleet
+
+    return run_fleet(args)
+
+
+def bench_e2e_cost(args: argparse.Namespace) -> int:
+    from mqbatch.bench.e2ecost import bench_e2e_cost as run_e2e_cost
+
+    return run_e2e_cost(args)
+
+
 TARGETS = {
+    "fleet": bench_fleet,
+    "e2e-cost": bench_e2e_cost,
     "wire": bench_wire,
     "spark": bench_spark,
     "device": bench_device.bench_device,
@@ -150,10 +169,15 @@ def register(sub) -> None:
     latency_arguments(
         targets.add_parser(
             "latency",
-            help="record sampled -> landed p50/p99, 10 virtual devices, "
-            "steady state and after a broker outage (the demo)",
+            help="time to table (sampled -> readable in records/, streaming) p50/p99; --outage: the former figure",
         )
     )
+    from mqbatch.bench.fleet import add_arguments as fleet_arguments
+
+    fleet_arguments(targets.add_parser("fleet", help="N simulated devices -> broker -> recorder -> streaming job"))
+    from mqbatch.bench.e2ecost import add_arguments as e2e_cost_arguments
+
+    e2e_cost_arguments(targets.add_parser("e2e-cost", help="wire bytes end-to-end acks add per batch and record"))
     a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")

@@ -1,0 +1,90 @@
+"""`mqbatch bench fleet` (issue 24): simulated devices -> Mosquitto (TLS, e2e acks) ->
+recorder -> streaming job -> records/. The loss counter is shown to fail: on made-up
+accounting input, and on a real run's records/ with one file deleted. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from mqbatch_testing import VENV_BIN, run_bench
+
+
+def _table(rows):
+    dev, boot, seq, seen = zip(*rows) if rows else ((), (), (), ())
+    return {
+        "device": np.asarray(dev, dtype=object),
+        "boot": np.asarray(boot),
+        "seq": np.asarray(seq),
+        "latency_ms": np.full(len(rows), 100.0),
+        "seen_ms": np.asarray(seen, dtype=np.int64),
+    }
+
+
+def test_account_counts_lost_extra_and_duplicate_rows():
+    from mqbatch.bench.fleet import account
+
+    samples = {"a": np.array([1000, 2000, 3000]), "b": np.array([1500])}
+    full = [("a", 1, 0, 5000), ("a", 1, 1, 5000), ("a", 1, 2, 9000), ("b", 1, 0, 4000)]
+    ok = account(samples, _table(full))
+    assert (ok["stored"], ok["found"], ok["lost"], ok["extra_rows"], ok["duplicate_rows"]) == (4, 4, 0, 0, 0)
+    assert ok["time_to_table_s"]["max"] == 6.0 and ok["time_to_table_s"]["n"] == 4
+
+    broken = account(samples, _table(full[1:]))  # a row missing: the counter must see it
+    assert broken["lost"] == 1 and broken["lost_devices"] == {"a": 1}
+
+    odd = account(
+        samples,
+        _table(full + [("a", 1, 0, 9999), ("a", 2, 0, 1), ("a", 1, 3, 1), ("zz", 1, 0, 1)]),
+    )  # a second copy (counted once, first sighting kept), another boot, a seq never stored, a stranger
+    assert odd["lost"] == 0 and odd["duplicate_rows"] == 1 and odd["extra_rows"] == 3
+    assert odd["time_to_table_s"]["max"] == 6.0
+
+    window = account(samples, _table(full), since_ms=1500, until_ms=3000)
+    assert window["time_to_table_s"]["n"] == 2  # a@2000 and b@1500
+
+
+@pytest.mark.slow
+@pytest.mark.broker
+def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path):
+    run = tmp_path / "run"
+    out = run_bench(
+        "fleet",
+        "--devices",
+        "20",
+        "--minutes",
+        "0.25",
+        "--rate",
+        "2",
+        "--roll-seconds",
+        "3",
+        "--trigger-seconds",
+        "3",
+        "--run-dir",
+        str(run),
+        "--out",
+        str(tmp_path),
+        timeout=900,
+    )
+    assert re.search(r"LOST 0; rows not stored by any device 0; duplicate rows 0; device outboxes hold 0 ", out), out
+    assert re.search(r"time to table, all \(sampled on the device -> row readable in records/", out)
+    doc = json.loads((tmp_path / "fleet.json").read_text())
+    f = doc["figures"]
+    # how many were stored depends on the machine's load (worker start-up eats into the window): >= 1 batch
+    assert f["lost"] == 0 and f["stored"] >= 10 and f["found"] == f["stored"]
+    assert f["device_totals"]["acked"] == f["stored"] and f["broker_connections_max"] >= 20
+    assert (tmp_path / "fleet.png").stat().st_size > 10_000
+
+    # the same run, one records/ file gone: --check must count what it held as lost and exit 1
+    files = sorted((run / "spark-out" / "records").rglob("*.parquet"))
+    assert files
+    files[0].unlink()
+    proc = subprocess.run(
+        [str(VENV_BIN / "mqbatch"), "bench", "fleet", "--check", str(run)], capture_output=True, text=True, timeout=120
+    )
+    m = re.search(r"LOST ([\d,]+)", proc.stdout)
+    assert proc.returncode == 1 and m and int(m.group(1).replace(",", "")) > 0, proc.stdout + proc.stderr
