@@ -1,6 +1,7 @@
 """`mqbatch vboard` and the virtual board (mqbatch.lab.vboard): the device's output in
 console.log, a default heap the deployed firmware runs in, main.py restarting the
 board on an import error, and nothing left running after SIGINT, SIGTERM or SIGHUP."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def flash_with_firmware(flash: pathlib.Path, build: pathlib.Path, **config) -> V
     straight into the board's flash image (the board is not started)."""
     files = compile_firmware("unix", build)
     cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
-    cfg["broker"].update(host="127.0.0.1", port=1, tls=False)      # nothing listens there: the app retries
+    cfg["broker"].update(host="127.0.0.1", port=1, tls=False)  # nothing listens there: the app retries
     cfg.update(config)
     (build / "config.json").write_text(json.dumps(cfg))
     vb = VirtualBoard(flash)
@@ -51,7 +52,7 @@ def processes_in(directory: pathlib.Path) -> list[str]:
             cwd = os.readlink(proc / "cwd")
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
-            continue        # gone meanwhile, or not ours to read
+            continue  # gone meanwhile, or not ours to read
         if cwd == str(directory) or str(directory / "tty") in cmdline:
             found.append(f"{proc.name}: {cmdline}")
     return found
@@ -63,7 +64,7 @@ def test_import_memory_error_is_logged_to_console_log_and_the_board_restarts(tmp
     flash = tmp_path / "board"
     flash_with_firmware(flash, tmp_path / "build")
     with VirtualBoard(flash, heapsize="64K") as vb:
-        vb.wait_boot(2, timeout=40)          # the supervisor restarted it after main.py's reset
+        vb.wait_boot(2, timeout=40)  # the supervisor restarted it after main.py's reset
     log = (flash / "console.log").read_text(errors="replace")
     assert "MemoryError" in log and "mqb: fatal error, restarting the board in 5 s" in log, log[-3000:]
 
@@ -71,7 +72,7 @@ def test_import_memory_error_is_logged_to_console_log_and_the_board_restarts(tmp
 def test_default_heap_runs_the_deployed_firmware(tmp_path):
     flash = tmp_path / "board"
     flash_with_firmware(flash, tmp_path / "build", device_id="dev-heap", health_every_s=1)
-    with VirtualBoard(flash) as vb:          # the default heap
+    with VirtualBoard(flash) as vb:  # the default heap
         log = wait_for_text(flash / "console.log", "connect", timeout=30)
         time.sleep(2)
         assert vb.boots == 1
@@ -83,8 +84,12 @@ def test_default_heap_runs_the_deployed_firmware(tmp_path):
 def test_vboard_foreground_stops_everything_on_a_signal(tmp_path, sig):
     flash = tmp_path / "board"
     flash_with_firmware(flash, tmp_path / "build")
-    proc = subprocess.Popen([str(VENV_BIN / "mqbatch"), "vboard", "start", "--foreground", "--dir", str(flash)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "mqbatch"), "vboard", "start", "--foreground", "--dir", str(flash)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not (flash / "tty").exists():
@@ -134,8 +139,9 @@ def test_vboard_start_console_stop_in_the_background(tmp_path):
 
 def mpremote(tty, *args, timeout: float = 60) -> subprocess.CompletedProcess:
     """mpremote as against a board: no `resume` (it soft-resets the board at connect)."""
-    return subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(tty), *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(VENV_BIN / "mpremote"), "connect", str(tty), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_mpremote_works_against_it_as_against_a_board(tmp_path):
@@ -176,8 +182,14 @@ def test_a_vboard_cannot_write_outside_its_image(tmp_path):
     board's littlefs image; nothing appears on the host, and host files cannot be read."""
     flash = tmp_path / "board"
     tag = f"mqbvb{os.getpid()}{time.monotonic_ns() % 100000}"
-    host = [f"/lib/{tag}", f"/tmp/{tag}", str(flash.parent / tag), str(flash / tag), f"/lib/{tag}.py",
-            "/lib/mqb_board.py"]
+    host = [
+        f"/lib/{tag}",
+        f"/tmp/{tag}",
+        str(flash.parent / tag),
+        str(flash / tag),
+        f"/lib/{tag}.py",
+        "/lib/mqb_board.py",
+    ]
     assert host_paths_written(host) == []
     script = f"""
 import os
@@ -217,8 +229,9 @@ print("RES", res, os.getcwd(), sorted(os.listdir("/")))
 def test_host_paths_written_sees_a_write_made_without_the_image(tmp_path):
     """The check above can fail: the plain Unix port (no vboard) writes to the host."""
     target = tmp_path / "escaped"
-    subprocess.run([str(VENV_BIN / "micropython"), "-c", f"open({str(target)!r}, 'w').write('x')"], check=True,
-                   timeout=30)
+    subprocess.run(
+        [str(VENV_BIN / "micropython"), "-c", f"open({str(target)!r}, 'w').write('x')"], check=True, timeout=30
+    )
     assert host_paths_written([str(target)]) == [str(target)]
 
 
@@ -226,7 +239,7 @@ def test_vboard_reset_command_runs_main_again(tmp_path):
     flash, mq, start = start_in_background(tmp_path)
     try:
         assert start.returncode == 0, start.stdout + start.stderr
-        assert (flash / "flash.img").stat().st_size == 2 * 1024 * 1024     # DEFAULT_FLASH
+        assert (flash / "flash.img").stat().st_size == 2 * 1024 * 1024  # DEFAULT_FLASH
         wait_for_text(flash / "console.log", "mqb: boot", timeout=30)
         before = (flash / "console.log").read_text(errors="replace").count("mqb: boot")
         r = subprocess.run([mq, "vboard", "reset", "--dir", str(flash)], capture_output=True, text=True, timeout=30)
@@ -239,6 +252,7 @@ def test_vboard_reset_command_runs_main_again(tmp_path):
         subprocess.run([mq, "vboard", "stop", "--dir", str(flash)], capture_output=True, text=True, timeout=60)
     gone = subprocess.run([mq, "vboard", "reset", "--dir", str(flash)], capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and "no board runs" in gone.stderr
-    other = subprocess.run([mq, "vboard", "start", "--dir", str(flash), "--flash-size", "1M"], capture_output=True,
-                           text=True, timeout=60)
+    other = subprocess.run(
+        [mq, "vboard", "start", "--dir", str(flash), "--flash-size", "1M"], capture_output=True, text=True, timeout=60
+    )
     assert other.returncode == 1 and "holds 2097152 bytes, not the 1048576 asked for" in other.stderr, other.stderr

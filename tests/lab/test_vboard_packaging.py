@@ -10,6 +10,7 @@ that follow the documented meaning (paths relative to the manifest's folder,
 include options with defaults) and check that every referenced local file exists;
 `$(PORT_DIR)`/`$(MPY_DIR)` paths (MicroPython's own tree) and require() names
 (micropython-lib) are recorded, not checked."""
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,15 @@ def run_manifest(path: pathlib.Path, **options) -> dict:
             assert d is not None and d.is_dir(), f"{manifest}: package({name!r}): {d} missing"
             out["frozen"].extend(d.rglob("*.py"))
 
-        api = {"include": include, "require": lambda name, **kw: out["required"].append(name), "module": module,
-               "freeze": freeze, "package": package, "metadata": lambda **kw: None, "options": _Options(**opts)}
+        api = {
+            "include": include,
+            "require": lambda name, **kw: out["required"].append(name),
+            "module": module,
+            "freeze": freeze,
+            "package": package,
+            "metadata": lambda **kw: None,
+            "options": _Options(**opts),
+        }
         exec(compile(manifest.read_text(), str(manifest), "exec"), api)
 
     execute(path, **options)
@@ -87,7 +95,7 @@ def test_manifests_freeze_the_firmware_and_board_but_not_main_py():
         names = sorted(p.name for p in got["frozen"])
         assert names == sorted(FIRMWARE_MODULES + ["mqb_board.py", *extra]), (board, names)
         assert (BOARDS / board / "mqb_board.py").resolve() in got["frozen"]
-        assert len(got["external"]) == 1            # the port's own manifest
+        assert len(got["external"]) == 1  # the port's own manifest
         if board != "unix":
             assert got["required"] == ["ntptime"]
         with_main = run_manifest(BOARDS / board / "manifest.py", freeze_main=True)
@@ -111,21 +119,22 @@ def test_package_json_files_name_existing_files_and_the_whole_firmware():
         assert pkg["version"] and pkg["urls"], path
         for dest, src in pkg["urls"]:
             assert (path.parent / src).is_file(), f"{path}: {src} does not exist"
-            assert "/" not in dest and ".." not in src, (path, dest, src)    # flat in /lib; no URL walks up
+            assert "/" not in dest and ".." not in src, (path, dest, src)  # flat in /lib; no URL walks up
     assert sorted(d for d, _ in pkgs[CHECKOUT / "package.json"]["urls"]) == FIRMWARE_MODULES
     for board in ("esp32", "rp2040", "unix"):
         assert [d for d, _ in pkgs[BOARDS / board / "package.json"]["urls"]] == ["mqb_board.py"]
 
 
 def _mpremote(tty, *args):
-    proc = subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(tty), "resume", *args],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(VENV_BIN / "mpremote"), "connect", str(tty), "resume", *args], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
 
 def test_mip_install_then_config_only_deploy_runs_the_app(tmp_path, mosquitto):
-    broker = mosquitto()                    # plain TCP, anonymous: what is tested here is the install
+    broker = mosquitto()  # plain TCP, anonymous: what is tested here is the install
     cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
     cfg["broker"].update(host=broker.host, port=broker.port, tls=False, ca=None)
     (tmp_path / "dev.json").write_text(json.dumps(cfg))
@@ -134,15 +143,30 @@ def test_mip_install_then_config_only_deploy_runs_the_app(tmp_path, mosquitto):
         out = _mpremote(vb.tty, "mip", "install", str(CHECKOUT / "package.json"))
         out += _mpremote(vb.tty, "mip", "install", str(BOARDS / "unix" / "package.json"))
         assert out.count("Installing:") == len(FIRMWARE_MODULES) + 1, out
-        for name in FIRMWARE_MODULES:                       # in /lib of the board's flash image
+        for name in FIRMWARE_MODULES:  # in /lib of the board's flash image
             assert vb.get(f"lib/{name}") == (FIRMWARE / name).read_bytes()
-        deploy = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "unix",
-                                 "--config", str(tmp_path / "dev.json"), "--config-only",
-                                 "--build-dir", str(tmp_path / "build")], capture_output=True, text=True, timeout=120)
+        deploy = subprocess.run(
+            [
+                str(VENV_BIN / "mqbatch"),
+                "deploy",
+                "--port",
+                str(vb.tty),
+                "--board",
+                "unix",
+                "--config",
+                str(tmp_path / "dev.json"),
+                "--config-only",
+                "--build-dir",
+                str(tmp_path / "build"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert deploy.returncode == 0, deploy.stdout + deploy.stderr
         vb.wait_boot(2)
         deadline = time.monotonic() + 30
         while "mqb: connected" not in (flash / "console.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, (flash / "console.log").read_text(errors="replace")[-3000:]
             time.sleep(0.2)
-    assert [n for n in vb.listdir() if n.startswith("mqb_") and n.endswith((".py", ".mpy"))] == []   # lib/ only
+    assert [n for n in vb.listdir() if n.startswith("mqb_") and n.endswith((".py", ".mpy"))] == []  # lib/ only
