@@ -6,8 +6,11 @@ demo: setup
 
 # -v: each test's name shows while it runs; --durations: the slowest at the end.
 # MQBATCH_REQUIRE_WASM32: the 32-bit MicroPython (setup installs it) must run, not skip.
+# -n: parallel workers (pytest-xdist; most tests wait on brokers, devices and JVMs,
+# so 3 workers fit 2 cores); PYTEST_WORKERS=0 runs them one by one.
+PYTEST_WORKERS ?= 3
 test: setup
-	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -v --durations=15 $(PYTEST_ARGS)
+	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 $(PYTEST_ARGS)
 
 setup:
 	@tools/bootstrap.sh

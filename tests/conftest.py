@@ -62,3 +62,11 @@ def pytest_collect_file(parent, file_path: pathlib.Path):
     if file_path.suffix == ".py" and file_path.name.startswith("mp_test_"):
         return MpyFile.from_parent(parent, path=file_path)
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), every test that uses
+    the shared SparkSession runs on one worker: one JVM, not one per worker."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark-session"))
