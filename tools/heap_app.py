@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -52,7 +53,7 @@ import mqb_app
 gc.collect()
 a1 = gc.mem_alloc()
 
-app = mqb_app.App(mqb_app.make_config(cfg), buffers=buffers, ssl_context=ctx)
+app = mqb_app.App(__import__("mqb_config").make_config(cfg), buffers=buffers, ssl_context=ctx)
 gc.collect()
 a2 = gc.mem_alloc()
 import micropython
@@ -85,10 +86,13 @@ def main(argv=None) -> int:
         (dev / "config.json").write_text(json.dumps(cfg))
         (dev / "boot.py").write_text((ROOT / "boards" / "unix" / "boot.py").read_text())
         (dev / "measure.py").write_text(SCRIPT)
+        env = {"MICROPYPATH": ".frozen"}
+        if "PYTHONPATH" in os.environ:     # the launcher is the mqbatch imported here (a checkout's host/)
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for _ in range(args.runs):
             proc = subprocess.run([sys.executable, "-m", "mqbatch.romfs_run", str(tmp / "fw.romfs"), "-X",
                                    f"heapsize={args.heapsize}", "-c", "import boot; import measure"],
-                                  cwd=dev, env={"MICROPYPATH": ".frozen"}, capture_output=True, text=True, timeout=120)
+                                  cwd=dev, env=env, capture_output=True, text=True, timeout=120)
             line = [x for x in proc.stdout.splitlines() if x.startswith("HEAP ")]
             for x in proc.stdout.splitlines():
                 if x.startswith("IMPORT ") or x.startswith("qstr"):
