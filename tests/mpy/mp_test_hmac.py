@@ -93,11 +93,11 @@ def test_cost_per_batch_of_100_records():
 
 def test_config_hmac_key_is_checked():
     """config.json hmac_key: hex text of 16..64 bytes, or absent/null (unsigned)."""
-    import mqb_app
+    import mqb_config
     base = {"device_id": "d", "broker": {"host": "127.0.0.1", "tls": False}}
-    assert mqb_app.hmac_key(mqb_app.make_config(dict(base))) is None
-    cfg = mqb_app.make_config(dict(base, hmac_key="ab" * 32))
-    assert mqb_app.hmac_key(cfg) == b"\xab" * 32
+    assert mqb_config.hmac_key(mqb_config.make_config(dict(base))) is None
+    cfg = mqb_config.make_config(dict(base, hmac_key="ab" * 32))
+    assert mqb_config.hmac_key(cfg) == b"\xab" * 32
     for bad, msg in (("ab" * 15, "15 bytes"), ("ab" * 65, "65 bytes"), ("xyz", "hex"), (1234, "hex")):
-        e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, hmac_key=bad))
+        e = raises(mqb_config.ConfigError, mqb_config.make_config, dict(base, hmac_key=bad))
         assert msg in str(e), (bad, str(e))
