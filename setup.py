@@ -2,8 +2,8 @@
 
 The device code stays where it lives in the repository (firmware/, boards/);
 this copies it into the wheel as package data under mqbatch/_device/, where
-mqbatch.paths finds it in an installed package. An editable install (make test)
-needs no copy: mqbatch.paths then finds the checkout's own folders.
+mqbatch.util.paths finds it in an installed package. An editable install (make test)
+needs no copy: mqbatch.util.paths then finds the checkout's own folders.
 """
 import pathlib
 import shutil

@@ -8,6 +8,7 @@ rejected PUBLISHes/records to OUT/rejected/.
     env SPARK_HOME=... PYSPARK_PYTHON=... .venv/bin/spark-submit --py-files build/mqbatch.zip \
         spark_jobs/example_partitioned.py LANDING OUT
 """
+
 import sys
 
 from pyspark.sql import DataFrame, SparkSession
@@ -18,18 +19,31 @@ from mqbatch.spark import JobOptions, decode, deduplicate, quarantine, read_land
 
 def readings(unique: DataFrame) -> DataFrame:
     """One row per reading of each unique record, with its partition columns."""
-    return (unique.select("device", "boot", "seq", "kind", "device_time", "received_at",
-                          F.explode("readings").alias("r"))
-            .select("device", "boot", "seq", "kind", "device_time", "received_at",
-                    F.col("r.name").alias("channel"), F.col("r.scaled").alias("value"),
-                    F.date_format("device_time", "yyyy-MM-dd").alias("date")))
+    return unique.select(
+        "device", "boot", "seq", "kind", "device_time", "received_at", F.explode("readings").alias("r")
+    ).select(
+        "device",
+        "boot",
+        "seq",
+        "kind",
+        "device_time",
+        "received_at",
+        F.col("r.name").alias("channel"),
+        F.col("r.scaled").alias("value"),
+        F.date_format("device_time", "yyyy-MM-dd").alias("date"),
+    )
 
 
 def build(spark: SparkSession, landing: str, out: str) -> None:
-    decoded = decode(read_landing(spark, landing), JobOptions()).cache()     # decoded once, used twice
+    decoded = decode(read_landing(spark, landing), JobOptions()).cache()  # decoded once, used twice
     try:
-        (readings(deduplicate(records(decoded))).repartition("date", "device")
-         .write.mode("overwrite").partitionBy("date", "device").parquet(f"{out}/readings"))
+        (
+            readings(deduplicate(records(decoded)))
+            .repartition("date", "device")
+            .write.mode("overwrite")
+            .partitionBy("date", "device")
+            .parquet(f"{out}/readings")
+        )
         quarantine(decoded).write.mode("overwrite").parquet(f"{out}/rejected")
     finally:
         decoded.unpersist()

@@ -4,9 +4,10 @@
 
 (`mqbatch spark --print-command` prints a complete line that runs from a clean shell.)
 Importing this file also gives the package's public API (from mqbatch.spark import *)."""
+
 import sys
 
-from mqbatch.spark import *          # noqa: F401,F403 - the API for callers that import this file
+from mqbatch.spark import *  # noqa: F401,F403 - the API for callers that import this file
 from mqbatch.spark.job import main
 
 if __name__ == "__main__":

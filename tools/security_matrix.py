@@ -1,14 +1,15 @@
 """Regenerate the authorisation matrix of docs/security.md.
 
-Starts the local secured stack (mqbatch.stack.LocalStack: a real Mosquitto with
-the policy of mqbatch.brokerconf) in a temporary directory, probes every
-(role, action) with paho-mqtt (mqbatch.secmatrix), prints the table and writes
+Starts the local secured stack (mqbatch.lab.stack.LocalStack: a real Mosquitto with
+the policy of mqbatch.fleet.brokerconf) in a temporary directory, probes every
+(role, action) with paho-mqtt (mqbatch.scenarios.secmatrix), prints the table and writes
 it between the `<!-- matrix:begin -->` / `<!-- matrix:end -->` markers of
 docs/security.md. Exits 1 if any answer differs from the policy.
 
     .venv/bin/python tools/security_matrix.py            # rewrite docs/security.md
     .venv/bin/python tools/security_matrix.py --check    # only compare, exit 1 if the doc is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,9 @@ import re
 import sys
 import tempfile
 
-from mqbatch.paths import ROOT
-from mqbatch.secmatrix import markdown, run_matrix
-from mqbatch.stack import LocalStack
+from mqbatch.lab.stack import LocalStack
+from mqbatch.scenarios.secmatrix import markdown, run_matrix
+from mqbatch.util.paths import ROOT
 
 DOC = ROOT / "docs" / "security.md"
 SECTION = re.compile(r"(<!-- matrix:begin -->\n)(.*?)(<!-- matrix:end -->)", re.S)

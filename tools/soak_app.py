@@ -1,9 +1,9 @@
 """Soak the device application in a 64 KB MicroPython heap (docs/application.md, Memory).
 
-One virtual device (mqbatch.devices.Fleet: the firmware as .mpy in a ROMFS image
+One virtual device (mqbatch.lab.devices.Fleet: the firmware as .mpy in a ROMFS image
 mapped outside the heap, `micropython -X heapsize=...`) samples at 10 Hz over TLS
-to a local Mosquitto (mqbatch.stack.LocalStack) through a relay
-(mqbatch.netcut.Relay), for --duration seconds, with one broker outage (broker
+to a local Mosquitto (mqbatch.lab.stack.LocalStack) through a relay
+(mqbatch.scenarios.netcut.Relay), for --duration seconds, with one broker outage (broker
 stopped, then started again) and one network cut (the relay drops every
 connection and refuses new ones). A paho-mqtt subscriber with a persistent
 session (Clean Start 0) is the witness of what arrived. Prints the figures and
@@ -12,6 +12,7 @@ exits 1 if the device failed, hit a MemoryError, or a stored record was lost.
     .venv/bin/python tools/soak_app.py                  # 600 s, the figures of docs/application.md
     .venv/bin/python tools/soak_app.py --duration 60 --outage-at 20 --outage-s 15 --cut-at 45 --cut-s 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,16 @@ import sys
 import tempfile
 import time
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))     # the reference subscriber of the tests
+sys.path.insert(0, str(ROOT / "tests"))  # the reference subscriber of the tests
 
-from mqbatch import codec, records  # noqa: E402
-from mqbatch.devices import Fleet  # noqa: E402
-from mqbatch.netcut import Relay  # noqa: E402
-from mqbatch.stack import RECORDER_CLIENT_ID, LocalStack  # noqa: E402
+from mqbatch.lab.devices import Fleet  # noqa: E402
+from mqbatch.lab.stack import RECORDER_CLIENT_ID, LocalStack  # noqa: E402
+from mqbatch.scenarios.netcut import Relay  # noqa: E402
+from mqbatch.wire import (
+    codec,
+    records,  # noqa: E402
+)
 from mqbatch_testing.broker import Subscriber  # noqa: E402
 
 DEV = "dev-001"
@@ -75,15 +78,35 @@ def main(argv=None) -> int:
     relay = Relay(broker.host, broker.port).start()
     # the witness uses the recorder's account: the broker binds it to the recorder's client id
     # and lets it subscribe only the recorders' share group (docs/security.md)
-    witness = Subscriber(broker, stack.policy.share_subscription, client_id=RECORDER_CLIENT_ID,
-                         username=stack.recorder_login[0], password=stack.recorder_login[1], cafile=stack.ca_cert,
-                         persistent=True)
-    cfg = {"sample_hz": a.sample_hz, "run_for_s": a.duration, "drain_timeout_s": 120, "health_every_s": 10,
-           "backoff": {"initial_ms": 500, "max_ms": 5000}}
-    fleet = Fleet(run_dir / "fleet", relay.host, relay.port, credentials=stack.credentials, ca=stack.ca_cert,
-                  heapsize=a.heapsize, config=cfg)
-    events = sorted([(a.outage_at, "broker stop"), (a.outage_at + a.outage_s, "broker start")]
-                    + ([(a.cut_at, "cut"), (a.cut_at + a.cut_s, "restore")] if a.cut_at >= 0 else []))
+    witness = Subscriber(
+        broker,
+        stack.policy.share_subscription,
+        client_id=RECORDER_CLIENT_ID,
+        username=stack.recorder_login[0],
+        password=stack.recorder_login[1],
+        cafile=stack.ca_cert,
+        persistent=True,
+    )
+    cfg = {
+        "sample_hz": a.sample_hz,
+        "run_for_s": a.duration,
+        "drain_timeout_s": 120,
+        "health_every_s": 10,
+        "backoff": {"initial_ms": 500, "max_ms": 5000},
+    }
+    fleet = Fleet(
+        run_dir / "fleet",
+        relay.host,
+        relay.port,
+        credentials=stack.credentials,
+        ca=stack.ca_cert,
+        heapsize=a.heapsize,
+        config=cfg,
+    )
+    events = sorted(
+        [(a.outage_at, "broker stop"), (a.outage_at + a.outage_s, "broker start")]
+        + ([(a.cut_at, "cut"), (a.cut_at + a.cut_s, "restore")] if a.cut_at >= 0 else [])
+    )
     print(f"soak: {a.duration} s at {a.sample_hz} Hz, heapsize {a.heapsize}, TLS, events {events}; {run_dir}")
     t0 = time.monotonic()
     try:
@@ -120,11 +143,15 @@ def main(argv=None) -> int:
     print(f"records delivered    {len(stored & got)} (duplicates {dups})")
     print(f"records lost         {len(lost)}")
     print(f"reconnects           {summary.get('reconnects')}")
-    print(f"peak_heap_live       {summary.get('peak_heap_live')} B  (after gc.collect(), per health record and connect)")
+    print(
+        f"peak_heap_live       {summary.get('peak_heap_live')} B  (after gc.collect(), per health record and connect)"
+    )
     print(f"peak_heap            {summary.get('peak_heap')} B  (highest gc.mem_alloc() after a step, incl. garbage)")
     if free:
-        print(f"free_heap (health)   min {min(free)}  median {statistics.median(free):.0f}  max {max(free)} B "
-              f"over {len(free)} health records")
+        print(
+            f"free_heap (health)   min {min(free)}  median {statistics.median(free):.0f}  max {max(free)} B "
+            f"over {len(free)} health records"
+        )
     ok = codes.get(DEV) == 0 and not memory_errors and stored and not lost
     if not ok:
         print(console[-3000:])

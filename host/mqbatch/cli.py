@@ -5,11 +5,14 @@ Subcommands are imported lazily: `mqbatch NAME ...` imports only
 mqbatch.commands.NAME, so one command's dependencies (pyspark for `spark`,
 paho-mqtt for `ingest`) never break another. `mqbatch --help` imports them all
 and lists one that cannot be imported with the reason."""
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+
+from mqbatch import version
 
 # module names under mqbatch.commands, one per subcommand
 COMMANDS = [
@@ -26,27 +29,18 @@ COMMANDS = [
 ]
 
 
-def version() -> str:
-    """The installed distribution's version (package metadata)."""
-    from importlib import metadata
-    try:
-        return metadata.version("mqbatch")
-    except metadata.PackageNotFoundError:      # running from a checkout that was never installed
-        from mqbatch import __version__
-        return f"{__version__} (not installed)"
-
-
 def _unavailable(name: str, error: Exception):
     def run(args):
         print(f"mqbatch {name}: unavailable, it cannot be imported: {error}", file=sys.stderr)
         return 1
+
     return run
 
 
 def _register(sub, name: str) -> None:
     try:
         importlib.import_module(f"mqbatch.commands.{name}").register(sub)
-    except ImportError as e:        # at import, or in register() (options shared with a job file)
+    except ImportError as e:  # at import, or in register() (options shared with a job file)
         # drop what a register() that failed half-way added, then say why the command is unavailable
         sub.choices.pop(name, None)
         sub._choices_actions[:] = [a for a in sub._choices_actions if a.dest != name]
@@ -75,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "unavailable", False):     # an unavailable command takes any arguments
+    if extra and not getattr(args, "unavailable", False):  # an unavailable command takes any arguments
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 

@@ -1,6 +1,6 @@
 # mqtt_heap: the device client + encoder with a 4 KB batch buffer over (mutual) TLS,
 # as small as an application would hold them, for `micropython -X heapsize=64K` (run
-# from .mpy, see tests/test_mqtt_resources.py). Prints "key value" lines.
+# from .mpy, see tests/firmware/test_mqtt_resources.py). Prints "key value" lines.
 # Boot order matters in a small heap: the long-lived large objects (batch buffer,
 # TLS context) are made before the rest of the code is imported, so they do not
 # have to fit in the gaps between loaded modules.

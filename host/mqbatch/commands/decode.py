@@ -7,16 +7,17 @@ A line that is not of that shape gets status "error" with an "error" message;
 the other lines still run. Decoder log records for non-ok batches go to stderr
 as JSON Lines.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
-from mqbatch import codec
-from mqbatch.commands.argtypes import positive_int
+from mqbatch.util.argtypes import positive_int
+from mqbatch.wire import codec
 
-_positive = positive_int        # the old name, still imported by spark_jobs/telemetry_args.py
+_positive = positive_int  # the old name, still imported by spark_jobs/telemetry_args.py
 
 
 class InputError(ValueError):
@@ -26,7 +27,7 @@ class InputError(ValueError):
 def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes, str | None]:
     try:
         obj = json.loads(line)
-    except (ValueError, RecursionError) as e:    # ValueError: bad JSON, or an int over Python's digit limit
+    except (ValueError, RecursionError) as e:  # ValueError: bad JSON, or an int over Python's digit limit
         raise InputError(f"not valid JSON: {str(e)[:200]}") from None
     if not isinstance(obj, dict):
         raise InputError("expected a JSON object")
@@ -35,7 +36,8 @@ def parse_line(line: str) -> tuple[str, list[tuple[str, str]], bytes, str | None
         raise InputError("'topic' must be a string")
     props = obj.get("user_properties")
     if not isinstance(props, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in props):
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in props
+    ):
         raise InputError("'user_properties' must be a list of [key, value] string pairs")
     payload_hex = obj.get("payload_hex")
     if not isinstance(payload_hex, str):
@@ -57,14 +59,22 @@ def decode_line(line: str, options: codec.DecodeOptions) -> tuple[dict, dict | N
     except InputError as e:
         return {"status": "error", "reason": None, "count": 0, "messages_hex": [], "error": str(e)}, None
     res = codec.decode(props, payload, options, topic=topic, client_id=client_id)
-    out = {"status": res.status, "reason": res.reason, "count": res.count,
-           "messages_hex": [m.hex() for m in res.messages]}
+    out = {
+        "status": res.status,
+        "reason": res.reason,
+        "count": res.count,
+        "messages_hex": [m.hex() for m in res.messages],
+    }
     return out, (res.log if res.status != codec.OK else None)
 
 
 def run(args: argparse.Namespace) -> int:
-    options = codec.DecodeOptions(max_batch_size=args.max_batch_size, max_payload_bytes=args.max_payload_bytes,
-                                  allow_empty=not args.no_empty, partial=args.partial)
+    options = codec.DecodeOptions(
+        max_batch_size=args.max_batch_size,
+        max_payload_bytes=args.max_payload_bytes,
+        allow_empty=not args.no_empty,
+        partial=args.partial,
+    )
     try:
         stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
     except OSError as e:

@@ -1,4 +1,5 @@
-"""`mqbatch demo`: the README's main command (see mqbatch.demo)."""
+"""`mqbatch demo`: the README's main command (see mqbatch.scenarios.demo)."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,16 +7,23 @@ import pathlib
 import signal
 import sys
 
-from mqbatch.commands.argtypes import non_negative_float, positive_float, positive_int
-from mqbatch.demo import MAX_SAMPLE_HZ, Demo, DemoError, DemoOptions
-from mqbatch.procs import stop_signals_interrupt
-from mqbatch.rundir import DirNotOurs
+from mqbatch.scenarios.demo import MAX_SAMPLE_HZ, Demo, DemoError, DemoOptions
+from mqbatch.util.argtypes import non_negative_float, positive_float, positive_int
+from mqbatch.util.procs import stop_signals_interrupt
+from mqbatch.util.rundir import DirNotOurs
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = DemoOptions(devices=args.devices, duration=args.duration, sample_hz=args.sample_hz,
-                       outage_s=args.outage_s, cut_s=args.cut_s, run_dir=pathlib.Path(args.run_dir),
-                       heapsize=args.heapsize, baseline=not args.no_baseline)
+    opts = DemoOptions(
+        devices=args.devices,
+        duration=args.duration,
+        sample_hz=args.sample_hz,
+        outage_s=args.outage_s,
+        cut_s=args.cut_s,
+        run_dir=pathlib.Path(args.run_dir),
+        heapsize=args.heapsize,
+        baseline=not args.no_baseline,
+    )
     stop = stop_signals_interrupt("demo")
     try:
         with stop:
@@ -33,17 +41,36 @@ def register(sub) -> None:
     d = DemoOptions()
     p = sub.add_parser("demo", help="end-to-end demo: broker, virtual devices, recorder, Spark, report")
     p.add_argument("--devices", type=positive_int, default=d.devices, help=f"virtual devices (default {d.devices})")
-    p.add_argument("--duration", type=positive_float, default=d.duration,
-                   help=f"seconds of sampling (default {d.duration:g})")
-    p.add_argument("--sample-hz", type=positive_float, default=d.sample_hz,
-                   help=f"samples per second per device (default {d.sample_hz:g}, at most {MAX_SAMPLE_HZ:g})")
-    p.add_argument("--outage-s", type=non_negative_float, default=d.outage_s,
-                   help=f"length of the injected broker outage (default {d.outage_s:g}; 0: no outage)")
-    p.add_argument("--cut-s", type=non_negative_float, default=d.cut_s,
-                   help=f"length of the injected network cut (default {d.cut_s:g}; 0: no cut)")
-    p.add_argument("--run-dir", default=str(d.run_dir),
-                   help="working directory, wiped at start if an earlier demo made it (a folder of yours is refused)")
-    p.add_argument("--heapsize", default=d.heapsize,
-                   help=f"MicroPython heap per device (default {d.heapsize}; the firmware is measured to run in 64K, docs/application.md)")
+    p.add_argument(
+        "--duration", type=positive_float, default=d.duration, help=f"seconds of sampling (default {d.duration:g})"
+    )
+    p.add_argument(
+        "--sample-hz",
+        type=positive_float,
+        default=d.sample_hz,
+        help=f"samples per second per device (default {d.sample_hz:g}, at most {MAX_SAMPLE_HZ:g})",
+    )
+    p.add_argument(
+        "--outage-s",
+        type=non_negative_float,
+        default=d.outage_s,
+        help=f"length of the injected broker outage (default {d.outage_s:g}; 0: no outage)",
+    )
+    p.add_argument(
+        "--cut-s",
+        type=non_negative_float,
+        default=d.cut_s,
+        help=f"length of the injected network cut (default {d.cut_s:g}; 0: no cut)",
+    )
+    p.add_argument(
+        "--run-dir",
+        default=str(d.run_dir),
+        help="working directory, wiped at start if an earlier demo made it (a folder of yours is refused)",
+    )
+    p.add_argument(
+        "--heapsize",
+        default=d.heapsize,
+        help=f"MicroPython heap per device (default {d.heapsize}; the firmware is measured to run in 64K, docs/application.md)",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the per-record PUBLISH baseline")
     p.set_defaults(func=run)

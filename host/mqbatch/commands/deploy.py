@@ -2,14 +2,15 @@
 
 The config is checked first with the firmware's own rules (mqb_app.make_config in
 the MicroPython Unix port): a config the board would refuse at boot is refused here."""
+
 from __future__ import annotations
 
 import argparse
 import pathlib
 import sys
 
-from mqbatch import deploy
-from mqbatch.paths import ROOT
+from mqbatch.fleet import deploy
+from mqbatch.util.paths import ROOT
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +31,10 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, help="device config JSON (from boards/BOARD/config.template.json)")
     p.add_argument("--build-dir", help="where to put compiled files (default build/BOARD)")
     p.add_argument("--no-reset", action="store_true", help="do not reset the board after verifying")
-    p.add_argument("--config-only", action="store_true",
-                   help="the modules are frozen in the board's image or in /lib (mip): copy only main.py, the config "
-                        "and its certificate files, and remove module files in the flash root that would shadow them")
+    p.add_argument(
+        "--config-only",
+        action="store_true",
+        help="the modules are frozen in the board's image or in /lib (mip): copy only main.py, the config "
+        "and its certificate files, and remove module files in the flash root that would shadow them",
+    )
     p.set_defaults(func=run)

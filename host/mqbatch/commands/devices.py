@@ -2,7 +2,8 @@
 Unix port, board `unix`), each with its own identity, credentials and flash.
 
 Without --broker it starts a local secured stack first (TLS, passwords,
-per-device ACLs; see mqbatch.stack) and stops it at the end."""
+per-device ACLs; see mqbatch.lab.stack) and stops it at the end."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,10 +12,10 @@ import signal
 import sys
 import time
 
-from mqbatch.commands.argtypes import host_port, non_negative_float, positive_float, positive_int, read_json_object
-from mqbatch.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
-from mqbatch.paths import ROOT
-from mqbatch.procs import stop_signals_interrupt
+from mqbatch.lab.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
+from mqbatch.util.argtypes import host_port, non_negative_float, positive_float, positive_int, read_json_object
+from mqbatch.util.paths import ROOT
+from mqbatch.util.procs import stop_signals_interrupt
 
 
 def _existing_broker(args: argparse.Namespace, ids: list[str]) -> dict:
@@ -22,8 +23,10 @@ def _existing_broker(args: argparse.Namespace, ids: list[str]) -> dict:
     if not args.credentials:
         raise ValueError("--broker needs --credentials FILE (JSON object {device id: password})")
     if not args.plain and not args.ca:
-        raise ValueError("--broker uses TLS: give --ca FILE (the CA certificate that signed the broker's), "
-                         "or --plain for a plain-TCP development broker")
+        raise ValueError(
+            "--broker uses TLS: give --ca FILE (the CA certificate that signed the broker's), "
+            "or --plain for a plain-TCP development broker"
+        )
     if args.ca and not pathlib.Path(args.ca).is_file():
         raise ValueError(f"--ca {args.ca}: no such file")
     creds = read_json_object(args.credentials, "--credentials")
@@ -38,8 +41,10 @@ def _existing_broker(args: argparse.Namespace, ids: list[str]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.sample_hz > MAX_SAMPLE_HZ:
-        print(f"devices: --sample-hz must be at most {MAX_SAMPLE_HZ:g} (the firmware's limit), got {args.sample_hz:g}",
-              file=sys.stderr)
+        print(
+            f"devices: --sample-hz must be at most {MAX_SAMPLE_HZ:g} (the firmware's limit), got {args.sample_hz:g}",
+            file=sys.stderr,
+        )
         return 2
     ids = device_ids(args.count)
     if args.broker:
@@ -54,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
             return _run(args, ids, creds if args.broker else None)
     except KeyboardInterrupt:
         sig = stop.received or signal.SIGINT
-        print(f"devices: interrupted ({signal.Signals(sig).name}); every device and broker it started has been stopped",
-              file=sys.stderr)
+        print(
+            f"devices: interrupted ({signal.Signals(sig).name}); every device and broker it started has been stopped",
+            file=sys.stderr,
+        )
         return 128 + sig
 
 
@@ -66,13 +73,16 @@ def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
         if args.broker:
             (host, port), ca = args.broker, args.ca
         else:
-            from mqbatch.stack import LocalStack
+            from mqbatch.lab.stack import LocalStack
+
             stack = LocalStack(run_dir / "stack", ids)
             stack.broker.start()
             host, port, creds, ca = stack.broker.host, stack.broker.port, stack.credentials, stack.ca_cert
             hmac_keys = stack.hmac_keys
-            print(f"devices: each device signs its batches; the Spark job's --hmac-keys file: {stack.hmac_keys_file}",
-                  flush=True)
+            print(
+                f"devices: each device signs its batches; the Spark job's --hmac-keys file: {stack.hmac_keys_file}",
+                flush=True,
+            )
             print(f"devices: local broker {stack.broker.url} (TLS, auth, per-device ACL)", flush=True)
         return _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys)
     finally:
@@ -83,9 +93,17 @@ def _run(args: argparse.Namespace, ids: list[str], creds: dict | None) -> int:
 def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int:
     config = {"sample_hz": args.sample_hz, "run_for_s": args.duration, "drain_timeout_s": args.drain_timeout}
     try:
-        with Fleet(run_dir / "devices", host, int(port), credentials=creds, ca=ca, tls=not args.plain,
-                   heapsize=None if args.heapsize.lower() == "none" else args.heapsize, config=config,
-                   hmac_keys=hmac_keys) as fleet:
+        with Fleet(
+            run_dir / "devices",
+            host,
+            int(port),
+            credentials=creds,
+            ca=ca,
+            tls=not args.plain,
+            heapsize=None if args.heapsize.lower() == "none" else args.heapsize,
+            config=config,
+            hmac_keys=hmac_keys,
+        ) as fleet:
             fleet.start()
             t0 = time.monotonic()
             last = [0.0]
@@ -93,8 +111,11 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
             def progress(f):
                 if time.monotonic() - last[0] >= 5:
                     last[0] = time.monotonic()
-                    print(f"devices: {time.monotonic() - t0:5.0f} s, {len(f.running())} running, "
-                          f"{len(f.stored())} records stored", flush=True)
+                    print(
+                        f"devices: {time.monotonic() - t0:5.0f} s, {len(f.running())} running, "
+                        f"{len(f.stored())} records stored",
+                        flush=True,
+                    )
 
             codes = fleet.wait(args.duration + args.drain_timeout + 60, progress)
             sums = fleet.summaries()
@@ -103,9 +124,11 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
                 if s is None:
                     print(f"{dev}: exit {codes[dev]}, no summary; console tail:\n{fleet.console(dev)[-800:]}")
                 else:
-                    print(f"{dev}: exit {codes[dev]}, boot {s['boot']}, sampled {s['sampled']}, "
-                          f"acked {s['acked_records']}/{s['stored_records']}, outbox {s['outbox_depth']}, "
-                          f"dropped {s['dropped_total']}, reconnects {s['reconnects']}")
+                    print(
+                        f"{dev}: exit {codes[dev]}, boot {s['boot']}, sampled {s['sampled']}, "
+                        f"acked {s['acked_records']}/{s['stored_records']}, outbox {s['outbox_depth']}, "
+                        f"dropped {s['dropped_total']}, reconnects {s['reconnects']}"
+                    )
             ok = all(codes[d] == 0 and d in sums and not sums[d]["outbox_depth"] for d in ids)
             if not ok:
                 print("devices: not every device finished with an empty outbox (see above)", file=sys.stderr)
@@ -116,21 +139,31 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
 
 
 def register(sub) -> None:
-    p = sub.add_parser("devices", help="run N virtual devices (firmware in the MicroPython Unix port)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "devices", help="run N virtual devices (firmware in the MicroPython Unix port)", description=__doc__
+    )
     p.add_argument("--count", type=positive_int, default=5, help="number of devices (default 5)")
     p.add_argument("--duration", type=positive_float, default=60, help="seconds of sampling per device")
-    p.add_argument("--drain-timeout", type=non_negative_float, default=60,
-                   help="seconds to empty the outbox after sampling")
-    p.add_argument("--sample-hz", type=positive_float, default=10,
-                   help=f"samples per second per device (default 10, at most {MAX_SAMPLE_HZ:g})")
+    p.add_argument(
+        "--drain-timeout", type=non_negative_float, default=60, help="seconds to empty the outbox after sampling"
+    )
+    p.add_argument(
+        "--sample-hz",
+        type=positive_float,
+        default=10,
+        help=f"samples per second per device (default 10, at most {MAX_SAMPLE_HZ:g})",
+    )
     p.add_argument("--dir", default=str(ROOT / "run" / "devices"), help="run directory (flash of each device)")
-    p.add_argument("--broker", type=host_port, metavar="HOST:PORT",
-                   help="an existing broker (default: start a local secured one)")
+    p.add_argument(
+        "--broker", type=host_port, metavar="HOST:PORT", help="an existing broker (default: start a local secured one)"
+    )
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
     p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")
-    p.add_argument("--heapsize", default=DEFAULT_HEAP,
-                   help=f"MicroPython heap per device (default: {DEFAULT_HEAP}; the firmware is measured to run in 64K, "
-                        "docs/application.md; 'none': the port's own default)")
+    p.add_argument(
+        "--heapsize",
+        default=DEFAULT_HEAP,
+        help=f"MicroPython heap per device (default: {DEFAULT_HEAP}; the firmware is measured to run in 64K, "
+        "docs/application.md; 'none': the port's own default)",
+    )
     p.set_defaults(func=run)

@@ -1,5 +1,6 @@
 """`mqbatch ingest`: the recorder. Lands every PUBLISH of a shared subscription
 into a Parquet landing zone (docs/ingest.md) until SIGINT/SIGTERM."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,9 @@ import signal
 import sys
 import threading
 
-from mqbatch.ingest import Recorder, RecorderConfig, RecorderError
-from mqbatch.commands.argtypes import non_negative_float, port_number, positive_float, positive_int
-from mqbatch.procs import on_stop_signals
+from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderError
+from mqbatch.util.argtypes import non_negative_float, port_number, positive_float, positive_int
+from mqbatch.util.procs import on_stop_signals
 
 
 def _config(args: argparse.Namespace) -> RecorderConfig:
@@ -21,11 +22,25 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
     elif password is None:
         password = os.environ.get("MQBATCH_PASSWORD")
     return RecorderConfig(
-        host=args.host, port=args.port, landing=args.landing, client_id=args.client_id, group=args.group,
-        topic_filter=args.filter, cafile=args.cafile, certfile=args.cert, keyfile=args.key,
-        username=args.username, password=password, session_expiry=args.session_expiry,
-        receive_maximum=args.receive_maximum, roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-        progress_seconds=args.progress_seconds, silence_warn_s=args.silence_warn_s, e2e_ack=args.e2e_ack)
+        host=args.host,
+        port=args.port,
+        landing=args.landing,
+        client_id=args.client_id,
+        group=args.group,
+        topic_filter=args.filter,
+        cafile=args.cafile,
+        certfile=args.cert,
+        keyfile=args.key,
+        username=args.username,
+        password=password,
+        session_expiry=args.session_expiry,
+        receive_maximum=args.receive_maximum,
+        roll_bytes=args.roll_bytes,
+        roll_seconds=args.roll_seconds,
+        progress_seconds=args.progress_seconds,
+        silence_warn_s=args.silence_warn_s,
+        e2e_ack=args.e2e_ack,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ingest: {signal.Signals(signum).name}: closing the open landing file", file=sys.stderr, flush=True)
         stop.set()
 
-    on_stop_signals(on_signal)          # SIGINT, SIGTERM, SIGHUP
+    on_stop_signals(on_signal)  # SIGINT, SIGTERM, SIGHUP
     try:
         return recorder.run(stop)
     except RecorderError as e:
@@ -50,13 +65,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ingest", help="record MQTT PUBLISHes into a Parquet landing zone",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "ingest", help="record MQTT PUBLISHes into a Parquet landing zone", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8883)
     p.add_argument("--landing", required=True, help="landing zone directory")
-    p.add_argument("--client-id", default="mqbatch-recorder-1",
-                   help="MQTT client id, also the recorder id in landing file names (unique per recorder)")
+    p.add_argument(
+        "--client-id",
+        default="mqbatch-recorder-1",
+        help="MQTT client id, also the recorder id in landing file names (unique per recorder)",
+    )
     p.add_argument("--group", default="mqbatch-recorders", help="shared-subscription group ($share/GROUP/FILTER)")
     p.add_argument("--filter", default="mqbatch/+/telemetry", help="topic filter (default mqbatch/+/telemetry)")
     p.add_argument("--cafile", help="CA certificate(s) that signed the broker's certificate (default: system CAs)")
@@ -65,16 +84,28 @@ def register(sub) -> None:
     p.add_argument("--username")
     p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
     p.add_argument("--password-file")
-    p.add_argument("--session-expiry", type=positive_int, default=3600,
-                   help="seconds the broker keeps the session and queued messages while the recorder is down")
+    p.add_argument(
+        "--session-expiry",
+        type=positive_int,
+        default=3600,
+        help="seconds the broker keeps the session and queued messages while the recorder is down",
+    )
     p.add_argument("--receive-maximum", type=positive_int, default=100, help="PUBLISHes in flight towards the recorder")
     p.add_argument("--roll-bytes", type=positive_int, default=64 << 20, help="roll the landing file at this size")
     p.add_argument("--roll-seconds", type=positive_float, default=60.0, help="roll the landing file at this age")
     p.add_argument("--progress-seconds", type=positive_float, default=5.0, help="progress line interval")
-    p.add_argument("--silence-warn-s", type=non_negative_float, default=60.0,
-                   help="warn loudly when no PUBLISH arrived for this long (default 60; 0: never): the broker "
-                        "grants a subscription to topics the account may not read and then delivers nothing")
-    p.add_argument("--no-e2e-ack", dest="e2e_ack", action="store_false",
-                   help="do not publish end-to-end acknowledgements to mqbatch/<device>/ack (docs/e2e-ack.md; "
-                        "default: on, for every landed batch with a valid batch-seq property)")
+    p.add_argument(
+        "--silence-warn-s",
+        type=non_negative_float,
+        default=60.0,
+        help="warn loudly when no PUBLISH arrived for this long (default 60; 0: never): the broker "
+        "grants a subscription to topics the account may not read and then delivers nothing",
+    )
+    p.add_argument(
+        "--no-e2e-ack",
+        dest="e2e_ack",
+        action="store_false",
+        help="do not publish end-to-end acknowledgements to mqbatch/<device>/ack (docs/e2e-ack.md; "
+        "default: on, for every landed batch with a valid batch-seq property)",
+    )
     p.set_defaults(func=run)

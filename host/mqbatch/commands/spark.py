@@ -9,6 +9,7 @@ set. `--print-command` prints that line with absolute paths and its environment,
 it runs from a clean shell. SIGINT, SIGTERM and SIGHUP end spark-submit and
 everything it started (its process group).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +23,15 @@ import sys
 import tempfile
 import zipfile
 
-from mqbatch.paths import CHECKOUT, ROOT, venv_tool
 from mqbatch.spark.options import add_arguments, check_paths
+from mqbatch.util.paths import CHECKOUT, ROOT, venv_tool
 
 # the spark-submit main file: the checkout's thin entry, or (installed package) the same
 # two lines written next to the --py-files zip
 JOB = CHECKOUT / "spark_jobs" / "telemetry_job.py" if CHECKOUT is not None else None
-JOB_ENTRY = ("import sys\nfrom mqbatch.spark.job import main\n\n"
-             "if __name__ == \"__main__\":\n    sys.exit(main())\n")
-PACKAGE = pathlib.Path(__file__).resolve().parents[1]     # host/mqbatch
-STOP_GRACE_S = 20                                         # after SIGTERM, then SIGKILL
+JOB_ENTRY = "import sys\nfrom mqbatch.spark.job import main\n\nif __name__ == \"__main__\":\n    sys.exit(main())\n"
+PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # host/mqbatch
+STOP_GRACE_S = 20  # after SIGTERM, then SIGKILL
 
 
 def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
@@ -53,7 +53,9 @@ def write_log_config(directory: pathlib.Path, level: str) -> pathlib.Path:
         "appender.console.name = stderr\n"
         "appender.console.target = SYSTEM_ERR\n"
         "appender.console.layout.type = PatternLayout\n"
-        "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n", encoding="utf-8")
+        "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n",
+        encoding="utf-8",
+    )
     return directory
 
 
@@ -67,9 +69,11 @@ def spark_home() -> pathlib.Path:
 
 def submit_env(conf_dir: pathlib.Path | None) -> dict[str, str]:
     """The variables spark-submit needs, whatever the calling shell has (or lacks)."""
-    env = {"SPARK_HOME": os.environ.get("SPARK_HOME") or str(spark_home()),
-           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
-           "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable}
+    env = {
+        "SPARK_HOME": os.environ.get("SPARK_HOME") or str(spark_home()),
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
+        "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable,
+    }
     if os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     if conf_dir is not None:
@@ -79,10 +83,24 @@ def submit_env(conf_dir: pathlib.Path | None) -> dict[str, str]:
 
 def job_arguments(args: argparse.Namespace) -> list[str]:
     """The telemetry_job.py options from the parsed `mqbatch spark` arguments."""
-    out = ["--landing", args.landing, "--out", args.out,
-           "--max-batch-size", str(args.max_batch_size), "--max-payload-bytes", str(args.max_payload_bytes),
-           "--reorder-window", str(args.reorder_window), "--max-future-s", str(args.max_future_s),
-           "--watermark", args.watermark, "--log-level", args.log_level]
+    out = [
+        "--landing",
+        args.landing,
+        "--out",
+        args.out,
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--max-payload-bytes",
+        str(args.max_payload_bytes),
+        "--reorder-window",
+        str(args.reorder_window),
+        "--max-future-s",
+        str(args.max_future_s),
+        "--watermark",
+        args.watermark,
+        "--log-level",
+        args.log_level,
+    ]
     for flag in ("partial", "no_empty", "stream", "once"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))
@@ -105,13 +123,24 @@ def job_file(directory: pathlib.Path) -> pathlib.Path:
 
 
 def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]:
-    from mqbatch.spark import jvm      # the decoder's JVM fast path, shipped to the executors too
+    from mqbatch.spark import jvm  # the decoder's JVM fast path, shipped to the executors too
+
     fast_path = jvm.jar()
-    return [str(venv_tool("spark-submit")), "--master", args.master or "local[*]",
-            "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.ui.showConsoleProgress=false",
-            *(["--jars", str(fast_path)] if fast_path else []),
-            "--py-files", str(pyfiles.resolve()), *args.spark_conf_args,
-            str(job_file(pyfiles.parent.resolve())), *job_arguments(args)]
+    return [
+        str(venv_tool("spark-submit")),
+        "--master",
+        args.master or "local[*]",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        *(["--jars", str(fast_path)] if fast_path else []),
+        "--py-files",
+        str(pyfiles.resolve()),
+        *args.spark_conf_args,
+        str(job_file(pyfiles.parent.resolve())),
+        *job_arguments(args),
+    ]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -143,7 +172,7 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    if _group_alive(proc.pid):            # a JVM or Python worker that outlived spark-submit
+    if _group_alive(proc.pid):  # a JVM or Python worker that outlived spark-submit
         os.killpg(proc.pid, signal.SIGKILL)
     if received:
         print(f"mqbatch spark: stopped by signal {received[0]}; spark-submit and its children ended", file=sys.stderr)
@@ -152,15 +181,18 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.print_command:      # a printed command may name paths of another machine (a cluster)
+    if not args.print_command:  # a printed command may name paths of another machine (a cluster)
         check_paths(args)
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]
     with tempfile.TemporaryDirectory(prefix="mqbatch-spark-") as tmp:
         # a printed command must point at files that outlive this process
         keep = ROOT / "build" if args.print_command else pathlib.Path(tmp)
         pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else keep / "mqbatch.zip")
-        conf_dir = None if os.environ.get("SPARK_CONF_DIR") else \
-            write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
+        conf_dir = (
+            None
+            if os.environ.get("SPARK_CONF_DIR")
+            else write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
+        )
         cmd, env = submit_command(args, pyfiles), submit_env(conf_dir)
         if args.print_command:
             print(shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd]))
@@ -169,12 +201,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("spark", help="run the PySpark telemetry job (spark-submit)",
-                       description=__doc__.split("\n\n")[0])
-    add_arguments(p)      # the job's own options (mqbatch.spark.options)
+    p = sub.add_parser(
+        "spark", help="run the PySpark telemetry job (spark-submit)", description=__doc__.split("\n\n")[0]
+    )
+    add_arguments(p)  # the job's own options (mqbatch.spark.options)
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark configuration (repeatable)")
-    p.add_argument("--pyfiles-zip", metavar="PATH",
-                   help="write the mqbatch zip here (kept); default: a temp dir, or build/mqbatch.zip with --print-command")
-    p.add_argument("--print-command", action="store_true",
-                   help="print the spark-submit command (with its environment; runs from a clean shell) and exit")
+    p.add_argument(
+        "--pyfiles-zip",
+        metavar="PATH",
+        help="write the mqbatch zip here (kept); default: a temp dir, or build/mqbatch.zip with --print-command",
+    )
+    p.add_argument(
+        "--print-command",
+        action="store_true",
+        help="print the spark-submit command (with its environment; runs from a clean shell) and exit",
+    )
     p.set_defaults(func=run)

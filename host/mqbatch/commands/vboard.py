@@ -1,5 +1,5 @@
 """`mqbatch vboard start|stop|console --dir DIR`: a virtual board (the MicroPython
-Unix port on a pseudo-terminal, mqbatch.vboard) to deploy to like a real one:
+Unix port on a pseudo-terminal, mqbatch.lab.vboard) to deploy to like a real one:
 
     mqbatch vboard start --dir board            # prints the port: board/tty
     mqbatch deploy --port board/tty --board unix --config dev.json
@@ -9,6 +9,7 @@ Unix port on a pseudo-terminal, mqbatch.vboard) to deploy to like a real one:
 `start` runs the board in the background (its pid in DIR/vboard.pid) and returns
 once the port is up; `--foreground` keeps it in this process until Ctrl-C,
 SIGTERM or SIGHUP. Either way stopping ends the interpreter and socat too."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from mqbatch.vboard import DEFAULT_HEAP, PID_FILE, serve
+from mqbatch.lab.vboard import DEFAULT_HEAP, PID_FILE, serve
 
 
 def _running_pid(flash: pathlib.Path) -> int | None:
@@ -29,12 +30,12 @@ def _running_pid(flash: pathlib.Path) -> int | None:
     except FileNotFoundError:
         return None
     except ValueError:
-        return None         # a torn or foreign file: treated as no board; start rewrites it
+        return None  # a torn or foreign file: treated as no board; start rewrites it
     try:
         cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return None         # that process is gone
-    return pid if b"mqbatch.vboard" in cmdline or b"vboard" in cmdline else None
+        return None  # that process is gone
+    return pid if b"mqbatch.lab.vboard" in cmdline or b"vboard" in cmdline else None
 
 
 def start(args: argparse.Namespace) -> int:
@@ -42,8 +43,10 @@ def start(args: argparse.Namespace) -> int:
     heap = None if args.heapsize.lower() == "none" else args.heapsize
     pid = _running_pid(flash)
     if pid:
-        print(f"vboard: a board already runs in {flash} (pid {pid}); `mqbatch vboard stop --dir {args.dir}`",
-              file=sys.stderr)
+        print(
+            f"vboard: a board already runs in {flash} (pid {pid}); `mqbatch vboard stop --dir {args.dir}`",
+            file=sys.stderr,
+        )
         return 1
     if args.foreground:
         try:
@@ -52,11 +55,16 @@ def start(args: argparse.Namespace) -> int:
             print(f"vboard: {e}", file=sys.stderr)
             return 1
     flash.mkdir(parents=True, exist_ok=True)
-    (flash / "tty").unlink(missing_ok=True)        # a link left by a killed board is not a live port
+    (flash / "tty").unlink(missing_ok=True)  # a link left by a killed board is not a live port
     log = open(flash / "vboard.log", "ab")
     with log:
-        proc = subprocess.Popen([sys.executable, "-m", "mqbatch.vboard", str(flash), "--heapsize", heap or "none"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqbatch.lab.vboard", str(flash), "--heapsize", heap or "none"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + args.timeout
     while not (flash / "tty").exists():
         if proc.poll() is not None:
@@ -69,8 +77,10 @@ def start(args: argparse.Namespace) -> int:
             print(f"vboard: no port within {args.timeout:.0f} s; stopped (see {flash / 'vboard.log'})", file=sys.stderr)
             return 1
         time.sleep(0.05)
-    print(f"vboard: up, port {flash / 'tty'} (heap {heap or 'port default'}, pid {proc.pid}); "
-          f"device log: {flash / 'console.log'}")
+    print(
+        f"vboard: up, port {flash / 'tty'} (heap {heap or 'port default'}, pid {proc.pid}); "
+        f"device log: {flash / 'console.log'}"
+    )
     return 0
 
 
@@ -113,14 +123,20 @@ def console(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("vboard", help="a virtual board on a pseudo-terminal, to deploy to (start|stop|console)",
-                       description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "vboard",
+        help="a virtual board on a pseudo-terminal, to deploy to (start|stop|console)",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     s = actions.add_parser("start", help="start a board; prints its port")
     s.add_argument("--dir", required=True, help="the board's flash directory (created if missing)")
-    s.add_argument("--heapsize", default=DEFAULT_HEAP,
-                   help=f"MicroPython heap (default {DEFAULT_HEAP}: what the deployed firmware runs in; "
-                        "'none': the port's own)")
+    s.add_argument(
+        "--heapsize",
+        default=DEFAULT_HEAP,
+        help=f"MicroPython heap (default {DEFAULT_HEAP}: what the deployed firmware runs in; 'none': the port's own)",
+    )
     s.add_argument("--foreground", action="store_true", help="run in this process until Ctrl-C/SIGTERM/SIGHUP")
     s.add_argument("--timeout", type=float, default=20, help="seconds to wait for the port")
     s.set_defaults(func=start)

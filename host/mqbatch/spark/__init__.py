@@ -1,4 +1,6 @@
-"""mqbatch.spark: the telemetry pipeline as a library (docs/spark.md).
+"""mqbatch.spark: the telemetry pipeline as a library (docs/spark.md) (product).
+
+May import: ``mqbatch.ingest`` (the landing zone's layout), ``mqbatch.wire``, ``mqbatch.util``.
 
 Public API (PySpark is imported on first use, so `mqbatch.spark.options` stays light):
 
@@ -15,22 +17,40 @@ Public API (PySpark is imported on first use, so `mqbatch.spark.options` stays l
 
 The job's own entry point is mqbatch.spark.job.main (spark_jobs/telemetry_job.py).
 """
+
 from __future__ import annotations
 
 import importlib
 
 _EXPORTS = {
     "JobOptions": "options",
-    "DECODED_SCHEMA": "schema", "LANDING_SCHEMA": "schema", "LANDED_COLUMNS": "schema",
-    "RECORD_COLUMNS": "schema", "QUARANTINE_COLUMNS": "schema",
-    "decode_landed_row": "decoder", "decode_batches": "decoder", "decode_arrow": "decoder",
-    "read_landing": "pipeline", "decode": "pipeline", "records": "pipeline", "quarantine": "pipeline",
-    "record_rows": "pipeline", "quarantine_rows": "pipeline", "deduplicate": "pipeline",
-    "boot_quality": "pipeline", "latency_percentiles": "pipeline", "build_report": "pipeline",
-    "write_report": "pipeline", "run_batch": "pipeline", "job_decode": "pipeline", "job_decode_to": "pipeline", "decode_to": "pipeline",
+    "DECODED_SCHEMA": "schema",
+    "LANDING_SCHEMA": "schema",
+    "LANDED_COLUMNS": "schema",
+    "RECORD_COLUMNS": "schema",
+    "QUARANTINE_COLUMNS": "schema",
+    "decode_landed_row": "decoder",
+    "decode_batches": "decoder",
+    "decode_arrow": "decoder",
+    "read_landing": "pipeline",
+    "decode": "pipeline",
+    "records": "pipeline",
+    "quarantine": "pipeline",
+    "record_rows": "pipeline",
+    "quarantine_rows": "pipeline",
+    "deduplicate": "pipeline",
+    "boot_quality": "pipeline",
+    "latency_percentiles": "pipeline",
+    "build_report": "pipeline",
+    "write_report": "pipeline",
+    "run_batch": "pipeline",
+    "job_decode": "pipeline",
+    "job_decode_to": "pipeline",
+    "decode_to": "pipeline",
     "size_arrow_batches": "pipeline",
     "run_stream": "stream",
-    "session": "job", "main": "job",
+    "session": "job",
+    "main": "job",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,5 +1,5 @@
 """The job's batch-hmac check (`--hmac-keys`), one pure function shared by both decoders
-(the reference mqbatch.spark.decoder and mqbatch.vdecode): per landed PUBLISH, before
+(the reference mqbatch.spark.decoder and mqbatch.spark.vdecode): per landed PUBLISH, before
 any structural decoding. No pyspark, no I/O.
 
     check(keys, topic, user_properties, payload) -> None | (reason, detail)
@@ -8,13 +8,14 @@ any structural decoding. No pyspark, no I/O.
 Only a topic that names a device (records.device_from_topic) is checked; any other
 topic is left to the topic check. Reasons: integrity's BATCH_HMAC_MISSING / MALFORMED /
 INVALID, and NO_KEY for a device the keys file does not hold (docs/spark.md)."""
+
 from __future__ import annotations
 
 import functools
 
-from mqbatch import integrity, records
+from mqbatch.wire import integrity, records
 
-NO_KEY = "BATCH_HMAC_NO_KEY"          # the topic's device has no key in --hmac-keys
+NO_KEY = "BATCH_HMAC_NO_KEY"  # the topic's device has no key in --hmac-keys
 REASONS = (integrity.MISSING, integrity.MALFORMED, integrity.INVALID, NO_KEY)
 
 _DETAIL = {
@@ -43,7 +44,7 @@ def check(keys, topic, user_properties, payload) -> tuple[str, str] | None:
         return NO_KEY, f"device {device!r} has no key in the --hmac-keys file: its batches cannot be verified"
     try:
         reason = integrity.verify(key, topic, user_properties, payload)
-    except ValueError as e:            # a property value over 65535 bytes: no device can have signed it
+    except ValueError as e:  # a property value over 65535 bytes: no device can have signed it
         return integrity.INVALID, f"batch of device {device!r} cannot carry a valid batch-hmac: {e}"
     if reason is None:
         return None

@@ -4,6 +4,7 @@ that is not UTF-8): such a file is quarantined by name with a reason, and the jo
 the rest. Checked on the driver with pyarrow (footer, schema, UTF-8 of the string
 columns; payloads are not read). Local paths only: a URL landing zone (hdfs://, ...)
 is handed to Spark as a directory, unchecked."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,15 +14,15 @@ import pathlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mqbatch import landing
+from mqbatch.ingest import landing
 
-FILE_NOT_PARQUET = "LANDING_FILE_NOT_PARQUET"          # no Parquet magic (a README, a log, ...)
-FILE_UNREADABLE = "LANDING_FILE_UNREADABLE"            # Parquet magic but footer or data unreadable (truncated)
-FILE_WRONG_SCHEMA = "LANDING_FILE_WRONG_SCHEMA"        # a landing column missing or of another type
-FILE_NOT_UTF8 = "LANDING_FILE_NOT_UTF8"                # a string column (topic, ...) holds bytes that are not UTF-8
+FILE_NOT_PARQUET = "LANDING_FILE_NOT_PARQUET"  # no Parquet magic (a README, a log, ...)
+FILE_UNREADABLE = "LANDING_FILE_UNREADABLE"  # Parquet magic but footer or data unreadable (truncated)
+FILE_WRONG_SCHEMA = "LANDING_FILE_WRONG_SCHEMA"  # a landing column missing or of another type
+FILE_NOT_UTF8 = "LANDING_FILE_NOT_UTF8"  # a string column (topic, ...) holds bytes that are not UTF-8
 FILE_REASONS = (FILE_NOT_PARQUET, FILE_UNREADABLE, FILE_WRONG_SCHEMA, FILE_NOT_UTF8)
 
-CONTRACT = landing.SCHEMA.names[:9]                     # a landing file must have these; the rest are optional
+CONTRACT = landing.SCHEMA.names[:9]  # a landing file must have these; the rest are optional
 STRING_COLUMNS = ["topic", "user_properties", "content_type", "recorder"]
 
 

@@ -1,5 +1,6 @@
 """The telemetry job's command line (spark-submit spark_jobs/telemetry_job.py ...,
 or `mqbatch spark`): landing zone -> records/, quarantine/, report.json."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,12 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
         conf.setMaster("local[*]")
     for key, value in conf_items.items():
         conf.set(key, value)
-    spark = (SparkSession.builder.appName("mqbatch-telemetry").config(conf=conf)
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (
+        SparkSession.builder.appName("mqbatch-telemetry")
+        .config(conf=conf)
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     if log_level:
         spark.sparkContext.setLogLevel(log_level)
     return spark
@@ -51,16 +56,24 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> dict:
     spark = spark or session(args.master, args.log_level)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     if args.stream or args.once:
-        return run_stream(spark, args.landing, args.out, opts, args.checkpoint,
-                          trigger_seconds=args.trigger_seconds if args.stream else None)
+        return run_stream(
+            spark,
+            args.landing,
+            args.out,
+            opts,
+            args.checkpoint,
+            trigger_seconds=args.trigger_seconds if args.stream else None,
+        )
     return run_batch(spark, args.landing, args.out, opts)
 
 
 def summary(report: dict, out: str) -> str:
     q = report["quarantine"]
-    return (f"telemetry_job: {report['landed']} landed PUBLISHes, {report['records']['unique']} records "
-            f"({report['records']['duplicates']} duplicates), {q['rows']} quarantined "
-            f"{json.dumps(q['by_reason'], sort_keys=True)}, {q['files']} landing files quarantined -> {out}")
+    return (
+        f"telemetry_job: {report['landed']} landed PUBLISHes, {report['records']['unique']} records "
+        f"({report['records']['duplicates']} duplicates), {q['rows']} quarantined "
+        f"{json.dumps(q['by_reason'], sort_keys=True)}, {q['files']} landing files quarantined -> {out}"
+    )
 
 
 def _stop_on(signum, frame):
@@ -72,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(p)
     args = p.parse_args(argv)
     check_paths(args)
-    for sig in (signal.SIGTERM, signal.SIGHUP):       # stop like Ctrl-C: the query ends, the JVM is stopped
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C: the query ends, the JVM is stopped
         signal.signal(sig, _stop_on)
     spark = session(args.master, args.log_level)
     try:
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     print(summary(report, args.out))
     for bad in report["quarantined_files"]:
-        print(f"telemetry_job: quarantined landing file {bad['file']}: {bad['reason']}: {bad['detail']}",
-              file=sys.stderr)
+        print(
+            f"telemetry_job: quarantined landing file {bad['file']}: {bad['reason']}: {bad['detail']}", file=sys.stderr
+        )
     return 0

@@ -6,8 +6,8 @@ records on a valid telemetry topic) and decodes them inside the executors' JVM, 
 function of the session that Spark's generated code calls with its own values and
 whose result is Spark's own rows (an Invoke expression, not a UDF: nothing is
 converted): no Python worker and no Arrow round trip for the common case. Every other
-landed row goes to the Python decoders (mqbatch.vdecode, reference: mqbatch.codec +
-mqbatch.records), which name its reason. The tests hold both paths to the same rows.
+landed row goes to the Python decoders (mqbatch.spark.vdecode, reference: mqbatch.wire.codec +
+mqbatch.wire.records), which name its reason. The tests hold both paths to the same rows.
 
 The jar is compiled once per source and Spark version with the JDK's `javac` against
 PySpark's own jars and cached (`jar()`): in the checkout's build/jvm/, else in
@@ -16,6 +16,7 @@ $XDG_CACHE_HOME/mqbatch/jvm (~/.cache), or in $MQBATCH_JVM_CACHE. It reaches the
 to a cluster's executors). Without a JDK, or in a session started without the jar, the
 job decodes everything in Python (about 2.5x slower at 1 M records) and says so once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ import zipfile
 
 SOURCE = pathlib.Path(__file__).resolve().with_name("java") / "BatchDecoder.java"
 CLASS = "mqbatch.jvm.BatchDecoder"
-DECODE, IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"     # the functions' name prefixes
+DECODE, IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"  # the functions' name prefixes
 # their arguments, as SQL. Spark's Invoke makes the result null when a nullable argument of a
 # primitive parameter (the long) is null, whatever propagateNull says: that long is never null,
 # the flag after it says whether received_at is
@@ -37,8 +38,16 @@ ARGUMENTS = "topic, payload, user_properties, coalesce(unix_micros(received_at),
 # what javac needs of Spark: InternalRow, ArrayData, the types (spark-sql-api), Invoke, Literal
 # (spark-catalyst), the classic SparkSession (spark-sql), UTF8String (spark-unsafe, and the Kryo
 # interface it implements), LongAccumulator (spark-core), Logging (spark-common-utils), Scala's Seq
-_COMPILE_JARS = ("spark-sql-api_*.jar", "spark-catalyst_*.jar", "spark-sql_*.jar", "spark-unsafe_*.jar",
-                 "kryo-shaded-*.jar", "spark-core_*.jar", "spark-common-utils_*.jar", "scala-library-*.jar")
+_COMPILE_JARS = (
+    "spark-sql-api_*.jar",
+    "spark-catalyst_*.jar",
+    "spark-sql_*.jar",
+    "spark-unsafe_*.jar",
+    "kryo-shaded-*.jar",
+    "spark-core_*.jar",
+    "spark-common-utils_*.jar",
+    "scala-library-*.jar",
+)
 _notes: set[str] = set()
 
 
@@ -55,13 +64,15 @@ def spark_jars_dir() -> pathlib.Path:
     if home and (pathlib.Path(home) / "jars").is_dir():
         return pathlib.Path(home) / "jars"
     import pyspark
+
     return pathlib.Path(pyspark.__file__).resolve().parent / "jars"
 
 
 def cache_dir() -> pathlib.Path:
     if os.environ.get("MQBATCH_JVM_CACHE"):
         return pathlib.Path(os.environ["MQBATCH_JVM_CACHE"])
-    from mqbatch.paths import CHECKOUT
+    from mqbatch.util.paths import CHECKOUT
+
     if CHECKOUT is not None:
         return CHECKOUT / "build" / "jvm"
     base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
@@ -87,8 +98,10 @@ def jar() -> pathlib.Path | None:
         return target
     javac = _javac()
     if javac is None:
-        _note("no javac (a JDK) found: the JVM fast path is off, every landed row is decoded in Python "
-              "(install a JDK 17, e.g. apt install openjdk-17-jdk-headless)")
+        _note(
+            "no javac (a JDK) found: the JVM fast path is off, every landed row is decoded in Python "
+            "(install a JDK 17, e.g. apt install openjdk-17-jdk-headless)"
+        )
         return None
     if len(classpath) != len(_COMPILE_JARS):
         _note(f"Spark's jars not found in {jars}: the JVM fast path is off")
@@ -96,9 +109,21 @@ def jar() -> pathlib.Path | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mqbatch-jvm-", dir=target.parent) as tmp:
         classes = pathlib.Path(tmp) / "classes"
-        done = subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes),
-                               "-cp", os.pathsep.join(map(str, classpath)), str(SOURCE)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                javac,
+                "--release",
+                "17",
+                "-nowarn",
+                "-d",
+                str(classes),
+                "-cp",
+                os.pathsep.join(map(str, classpath)),
+                str(SOURCE),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             _note(f"javac failed (exit {done.returncode}), the JVM fast path is off: {done.stderr.strip()[:500]}")
             return None
@@ -124,15 +149,23 @@ def options_text(opts) -> str:
     """The job's options as BatchDecoder reads them (clamped to what a Java long holds;
     the values that large mean 'no limit' in the reference too)."""
     big = 1 << 62
-    return ",".join(str(v) for v in (min(opts.max_batch_size, big), min(opts.max_payload_bytes, big),
-                                     int(bool(opts.allow_empty)), min(opts.max_future_s * 1000, big)))
+    return ",".join(
+        str(v)
+        for v in (
+            min(opts.max_batch_size, big),
+            min(opts.max_payload_bytes, big),
+            int(bool(opts.allow_empty)),
+            min(opts.max_future_s * 1000, big),
+        )
+    )
 
 
 def _function(spark, name: str, method: str, opts, accumulator, result) -> None:
     """Registers `name` in the session: BatchDecoder.`method` on an instance holding the options."""
     target = spark._jvm.mqbatch.jvm.BatchDecoder(options_text(opts), accumulator)
-    spark._jvm.mqbatch.jvm.BatchDecoder.register(spark._jsparkSession, name, target, method,
-                                                 spark._jsparkSession.parseDataType(result.json()))
+    spark._jvm.mqbatch.jvm.BatchDecoder.register(
+        spark._jsparkSession, name, target, method, spark._jsparkSession.parseDataType(result.json())
+    )
 
 
 def _key(opts) -> str:
@@ -143,6 +176,7 @@ def is_fast(spark, opts):
     """Column: whether the fast path decodes this landed row (the Python decoders take the others)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
+
     name = f"{IS_FAST}_{_key(opts)}"
     _function(spark, name, "isFast", opts, None, T.BooleanType())
     return F.expr(f"{name}({ARGUMENTS})")
@@ -157,6 +191,7 @@ def decoded(spark, opts, counting: bool = False):
     .value() after the Spark job that evaluated the column: Spark merges the counts of
     successful tasks; a recomputed stage can only count more); else the accumulator is None."""
     from pyspark.sql import functions as F
+
     global _counting
     accumulator = None
     name = f"{DECODE}_{_key(opts)}"
@@ -171,25 +206,44 @@ def decoded(spark, opts, counting: bool = False):
 def result_type():
     """The decoding function's result: struct(fast, batch_id, device, count, records)."""
     from pyspark.sql import types as T
+
     from mqbatch.spark.schema import READING
-    record = T.StructType([T.StructField("boot", T.LongType()), T.StructField("seq", T.LongType()),
-                           T.StructField("kind", T.StringType()), T.StructField("synced", T.BooleanType()),
-                           T.StructField("time_us", T.LongType()), T.StructField("start", T.IntegerType()),
-                           T.StructField("length", T.IntegerType()),
-                           T.StructField("readings", T.ArrayType(READING)),
-                           T.StructField("dropped_total", T.LongType())])
-    return T.StructType([T.StructField("fast", T.BooleanType()), T.StructField("batch_id", T.StringType()),
-                         T.StructField("device", T.StringType()), T.StructField("count", T.IntegerType()),
-                         T.StructField("records", T.ArrayType(record))])
+
+    record = T.StructType(
+        [
+            T.StructField("boot", T.LongType()),
+            T.StructField("seq", T.LongType()),
+            T.StructField("kind", T.StringType()),
+            T.StructField("synced", T.BooleanType()),
+            T.StructField("time_us", T.LongType()),
+            T.StructField("start", T.IntegerType()),
+            T.StructField("length", T.IntegerType()),
+            T.StructField("readings", T.ArrayType(READING)),
+            T.StructField("dropped_total", T.LongType()),
+        ]
+    )
+    return T.StructType(
+        [
+            T.StructField("fast", T.BooleanType()),
+            T.StructField("batch_id", T.StringType()),
+            T.StructField("device", T.StringType()),
+            T.StructField("count", T.IntegerType()),
+            T.StructField("records", T.ArrayType(record)),
+        ]
+    )
 
 
 def registered(spark) -> bool:
     """Whether the session's JVM has the fast path's class; False (said once) when it does
     not, e.g. a session started without spark.jars."""
     try:
-        spark._jvm.java.lang.Class.forName(CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
-    except Exception as e:   # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
-        _note(f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
-              f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}")
+        spark._jvm.java.lang.Class.forName(
+            CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        )
+    except Exception as e:  # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
+        _note(
+            f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
+            f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}"
+        )
         return False
     return True

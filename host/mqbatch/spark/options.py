@@ -1,17 +1,17 @@
 """The job's options, without PySpark: `mqbatch spark` parses and checks them
 before it starts a JVM, and the job (mqbatch.spark.job) parses the same ones."""
+
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
-import os
 import pathlib
 import stat
 
-from mqbatch import codec, integrity, records
-from mqbatch.commands.decode import _positive
+from mqbatch.util.argtypes import positive_int as _positive
+from mqbatch.wire import codec, integrity, records
+from mqbatch.wire.integrity import write_hmac_keys  # noqa: F401 (re-exported: the job's keys file)
 
 LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
@@ -22,9 +22,9 @@ class JobOptions:
     max_batch_size: int = 100
     max_payload_bytes: int = 65536
     allow_empty: bool = True
-    reorder_window: int = 100            # a missing seq counts as lost once the boot is this far past it
-    max_future_s: int = 86400            # device time this far after received_at is RECORD_TIME_IN_FUTURE
-    watermark: str = "1 hour"            # --stream: how late a duplicate may arrive and still be dropped
+    reorder_window: int = 100  # a missing seq counts as lost once the boot is this far past it
+    max_future_s: int = 86400  # device time this far after received_at is RECORD_TIME_IN_FUTURE
+    watermark: str = "1 hour"  # --stream: how late a duplicate may arrive and still be dropped
     # --hmac-keys: None (no batch-hmac check) or ((device, key bytes), ...) sorted; secret: not in repr
     hmac_keys: tuple | None = dataclasses.field(default=None, repr=False)
 
@@ -39,8 +39,12 @@ class JobOptions:
         return d
 
     def decode_options(self) -> codec.DecodeOptions:
-        return codec.DecodeOptions(max_batch_size=self.max_batch_size, max_payload_bytes=self.max_payload_bytes,
-                                   allow_empty=self.allow_empty, partial=self.partial)
+        return codec.DecodeOptions(
+            max_batch_size=self.max_batch_size,
+            max_payload_bytes=self.max_payload_bytes,
+            allow_empty=self.allow_empty,
+            partial=self.partial,
+        )
 
 
 def _non_negative(text: str) -> int:
@@ -48,21 +52,6 @@ def _non_negative(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
-
-
-def write_hmac_keys(path: os.PathLike | str, keys: dict[str, bytes]) -> pathlib.Path:
-    """Write the --hmac-keys file ({device: hex key}, sorted) atomically, mode 0600 from
-    its creation (it holds every device's secret); returns its path."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-        json.dump({d: k.hex() for d, k in sorted(keys.items())}, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
 
 
 def load_hmac_keys(path: str) -> tuple:
@@ -76,8 +65,10 @@ def load_hmac_keys(path: str) -> tuple:
     if not stat.S_ISREG(mode):
         raise SystemExit(f"{where} is not a regular file")
     if mode & 0o077:
-        raise SystemExit(f"{where} is readable or writable by others (mode {stat.S_IMODE(mode):04o}): it holds "
-                         f"every device's secret key; chmod 600 it")
+        raise SystemExit(
+            f"{where} is readable or writable by others (mode {stat.S_IMODE(mode):04o}): it holds "
+            f"every device's secret key; chmod 600 it"
+        )
     try:
         data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -87,7 +78,9 @@ def load_hmac_keys(path: str) -> tuple:
     keys = []
     for device, text in sorted(data.items()):
         if not records.DEVICE_ID_RE.fullmatch(device):
-            raise SystemExit(f"{where}: {device!r} is not a device id (1..{records.MAX_DEVICE_ID} of A-Z a-z 0-9 _ . -)")
+            raise SystemExit(
+                f"{where}: {device!r} is not a device id (1..{records.MAX_DEVICE_ID} of A-Z a-z 0-9 _ . -)"
+            )
         try:
             keys.append((device, integrity.parse_key(text)))
         except ValueError as e:
@@ -103,32 +96,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-size", type=_positive, default=100)
     p.add_argument("--max-payload-bytes", type=_positive, default=65536)
     p.add_argument("--no-empty", action="store_true", help="reject zero-length sub-messages")
-    p.add_argument("--reorder-window", type=_non_negative, default=100,
-                   help="a missing seq counts as lost once the boot's highest seq is this many past it (default 100)")
-    p.add_argument("--max-future-s", type=_positive, default=86400,
-                   help="quarantine records whose device time is this far after received_at (default 86400)")
+    p.add_argument(
+        "--reorder-window",
+        type=_non_negative,
+        default=100,
+        help="a missing seq counts as lost once the boot's highest seq is this many past it (default 100)",
+    )
+    p.add_argument(
+        "--max-future-s",
+        type=_positive,
+        default=86400,
+        help="quarantine records whose device time is this far after received_at (default 86400)",
+    )
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--stream", action="store_true",
-                      help="keep running: a micro-batch every --trigger-seconds until stopped (SIGINT/SIGTERM)")
-    mode.add_argument("--once", action="store_true",
-                      help="streaming, once: process every landing file not yet processed, then stop")
+    mode.add_argument(
+        "--stream",
+        action="store_true",
+        help="keep running: a micro-batch every --trigger-seconds until stopped (SIGINT/SIGTERM)",
+    )
+    mode.add_argument(
+        "--once", action="store_true", help="streaming, once: process every landing file not yet processed, then stop"
+    )
     p.add_argument("--trigger-seconds", type=_positive, default=10, help="--stream: micro-batch interval (default 10)")
     p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
-    p.add_argument("--watermark", default="1 hour",
-                   help="--stream/--once: how late a duplicate may arrive and still be dropped (default '1 hour')")
-    p.add_argument("--hmac-keys", metavar="FILE",
-                   help="verify each batch's batch-hmac with its device's key from FILE (JSON {device: hex key}, "
-                        "mode 0600); a batch that fails is quarantined (BATCH_HMAC_*). Default: no check")
+    p.add_argument(
+        "--watermark",
+        default="1 hour",
+        help="--stream/--once: how late a duplicate may arrive and still be dropped (default '1 hour')",
+    )
+    p.add_argument(
+        "--hmac-keys",
+        metavar="FILE",
+        help="verify each batch's batch-hmac with its device's key from FILE (JSON {device: hex key}, "
+        "mode 0600); a batch that fails is quarantined (BATCH_HMAC_*). Default: no check",
+    )
     p.add_argument("--master", help="Spark master when not given by spark-submit (default local[*])")
-    p.add_argument("--log-level", default="WARN", type=str.upper, choices=LOG_LEVELS,
-                   help="Spark's log level (default WARN)")
+    p.add_argument(
+        "--log-level", default="WARN", type=str.upper, choices=LOG_LEVELS, help="Spark's log level (default WARN)"
+    )
 
 
 def options_from(args: argparse.Namespace) -> JobOptions:
-    return JobOptions(partial=args.partial, max_batch_size=args.max_batch_size,
-                      max_payload_bytes=args.max_payload_bytes, allow_empty=not args.no_empty,
-                      reorder_window=args.reorder_window, max_future_s=args.max_future_s, watermark=args.watermark,
-                      hmac_keys=load_hmac_keys(args.hmac_keys) if getattr(args, "hmac_keys", None) else None)
+    return JobOptions(
+        partial=args.partial,
+        max_batch_size=args.max_batch_size,
+        max_payload_bytes=args.max_payload_bytes,
+        allow_empty=not args.no_empty,
+        reorder_window=args.reorder_window,
+        max_future_s=args.max_future_s,
+        watermark=args.watermark,
+        hmac_keys=load_hmac_keys(args.hmac_keys) if getattr(args, "hmac_keys", None) else None,
+    )
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -141,6 +159,6 @@ def check_paths(args: argparse.Namespace) -> None:
         if out.exists() and not out.is_dir():
             raise SystemExit(f"mqbatch spark: --out {args.out!r} exists and is not a directory")
     if getattr(args, "hmac_keys", None):
-        load_hmac_keys(args.hmac_keys)         # its mode, JSON and every key, before a JVM starts
+        load_hmac_keys(args.hmac_keys)  # its mode, JSON and every key, before a JVM starts
     if (args.stream or args.once) and "://" in args.out:
         raise SystemExit("mqbatch spark: --stream/--once write to a local --out only (they commit by renaming files)")

@@ -15,6 +15,7 @@ zone when every row takes the fast path) once to OUT/_staging/decoded
 and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
 micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,16 +31,23 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from mqbatch import codec
-from mqbatch.spark import arrival, files as landing_files, jvm
+from mqbatch.spark import arrival, jvm
+from mqbatch.spark import files as landing_files
 from mqbatch.spark.decoder import decode_vectorised
 from mqbatch.spark.options import JobOptions
-from mqbatch.vdecode import NOT_FOR_RECORDS
-from mqbatch.spark.schema import (ARRIVAL_ORDER, DECODED_SCHEMA, LANDED_COLUMNS, LANDING_SCHEMA,
-                                  QUARANTINE_COLUMNS, RECORD_COLUMNS)
+from mqbatch.spark.schema import (
+    ARRIVAL_ORDER,
+    DECODED_SCHEMA,
+    LANDED_COLUMNS,
+    LANDING_SCHEMA,
+    QUARANTINE_COLUMNS,
+    RECORD_COLUMNS,
+)
+from mqbatch.spark.vdecode import NOT_FOR_RECORDS
+from mqbatch.wire import codec
 
 # The decoder the pipeline runs per Arrow batch: (pa.RecordBatch, JobOptions) -> pa.RecordBatch
-# in DECODED_SCHEMA: the vectorised one (mqbatch.vdecode, equal to the reference decode_arrow);
+# in DECODED_SCHEMA: the vectorised one (mqbatch.spark.vdecode, equal to the reference decode_arrow);
 # the batch job calls it as (batch, opts, True) for its compact rows (decoder.compact).
 DECODE_ARROW = decode_vectorised
 
@@ -56,6 +64,7 @@ DECODED_RECORDS_PER_BATCH = 100_000
 
 
 # -- steps --------------------------------------------------------------------------
+
 
 def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
     """The landing rows of the given files, or of the readable files of a landing
@@ -83,8 +92,9 @@ def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast
     return fast.unionByName(_python_rows(landed, opts, compact_rows))
 
 
-def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = False,
-              fast_path: bool | None = None) -> dict:
+def decode_to(
+    landed: DataFrame, opts: JobOptions, write, compact_rows: bool = False, fast_path: bool | None = None
+) -> dict:
     """The decode step as at most two Spark jobs: `write(rows, part)` is called with the
     fast path's rows (part 0) and then, only if that job met landed rows the fast path
     does not take, with the Python decoders' rows for those (part 1). So the landed rows
@@ -95,7 +105,7 @@ def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = F
     if not _fast_path_on(landed, opts, fast_path):
         write(_decode_python(landed, opts, compact_rows), 0)
         return {"python": None}
-    decoded, not_fast = jvm.decoded(landed.sparkSession, opts, counting=True)   # its own accumulator
+    decoded, not_fast = jvm.decoded(landed.sparkSession, opts, counting=True)  # its own accumulator
     write(_fast_rows(landed, compact_rows, decoded), 0)
     python = int(not_fast.value())
     if python:
@@ -103,12 +113,13 @@ def decode_to(landed: DataFrame, opts: JobOptions, write, compact_rows: bool = F
     return {"python": python}
 
 
-
 def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -> bool:
     if fast_path is False or opts.hmac_keys or not jvm.registered(landed.sparkSession):
         if fast_path:
-            raise RuntimeError("mqbatch.spark.decode(fast_path=True): the JVM fast path is not available "
-                               "(--hmac-keys given, or the session lacks its jar; see stderr)")
+            raise RuntimeError(
+                "mqbatch.spark.decode(fast_path=True): the JVM fast path is not available "
+                "(--hmac-keys given, or the session lacks its jar; see stderr)"
+            )
         return False
     return True
 
@@ -119,18 +130,40 @@ def _fast_rows(landed: DataFrame, compact_rows: bool, decoded: Column) -> DataFr
     building ~40 Column objects over py4j took 0.08 s per query."""
     # posexplode_outer + a filter on the position: with a plain posexplode Spark infers a
     # filter on size(records) and evaluates the decoder three times per landed row
-    fast = (landed.select("*", decoded.alias("_j"))
-            .select("*", F.posexplode_outer("_j.records").alias("_k", "_r")).where(F.col("_k").isNotNull()))
+    fast = (
+        landed.select("*", decoded.alias("_j"))
+        .select("*", F.posexplode_outer("_j.records").alias("_k", "_r"))
+        .where(F.col("_k").isNotNull())
+    )
     dropped = ("payload", "stage", "reason", "detail") + (NOT_FOR_RECORDS if compact_rows else ())
     sql = {name: name for name in LANDED_COLUMNS}
-    sql.update({
-        "landed_first": "_k = 0", "batch_id": "_j.batch_id", "batch_status": f"'{codec.OK}'",
-        "batch_count": "_j.count", "sub_index": "_k", "sub_payload": "substring(payload, _r.start + 1, _r.length)",
-        "device": "_j.device", "record_format": "'binary'", "kind": "_r.kind", "synced": "_r.synced",
-        "boot": "_r.boot", "seq": "_r.seq", "device_time": "timestamp_micros(_r.time_us)",
-        "readings": "_r.readings", "dropped_total": "_r.dropped_total"})
-    return fast.selectExpr(*(f"CAST(NULL AS {f.dataType.simpleString()}) AS {f.name}" if f.name in dropped
-                             else f"{sql[f.name]} AS {f.name}" for f in DECODED_SCHEMA.fields))
+    sql.update(
+        {
+            "landed_first": "_k = 0",
+            "batch_id": "_j.batch_id",
+            "batch_status": f"'{codec.OK}'",
+            "batch_count": "_j.count",
+            "sub_index": "_k",
+            "sub_payload": "substring(payload, _r.start + 1, _r.length)",
+            "device": "_j.device",
+            "record_format": "'binary'",
+            "kind": "_r.kind",
+            "synced": "_r.synced",
+            "boot": "_r.boot",
+            "seq": "_r.seq",
+            "device_time": "timestamp_micros(_r.time_us)",
+            "readings": "_r.readings",
+            "dropped_total": "_r.dropped_total",
+        }
+    )
+    return fast.selectExpr(
+        *(
+            f"CAST(NULL AS {f.dataType.simpleString()}) AS {f.name}"
+            if f.name in dropped
+            else f"{sql[f.name]} AS {f.name}"
+            for f in DECODED_SCHEMA.fields
+        )
+    )
 
 
 def _python_rows(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> DataFrame:
@@ -147,6 +180,7 @@ def _decode_python(landed: DataFrame, opts: JobOptions, compact_rows: bool) -> D
             out = decoder(batch, opts, compact_rows) if compact_rows else decoder(batch, opts)
             for start in range(0, out.num_rows, DECODED_ROWS_PER_BATCH):
                 yield out.slice(start, DECODED_ROWS_PER_BATCH)
+
     return landed.mapInArrow(run, DECODED_SCHEMA)
 
 
@@ -158,17 +192,18 @@ def quarantine(decoded: DataFrame) -> DataFrame:
 def records(decoded: DataFrame) -> DataFrame:
     """Every valid record as it arrived (duplicates included), with its latency."""
     latency_us = F.try_subtract(F.unix_micros("received_at"), F.unix_micros("device_time"))
-    return (decoded.where(F.col("reason").isNull() & F.col("sub_index").isNotNull())
-            .withColumn("latency_ms", F.try_divide(latency_us, F.lit(1000.0))))
+    return decoded.where(F.col("reason").isNull() & F.col("sub_index").isNotNull()).withColumn(
+        "latency_ms", F.try_divide(latency_us, F.lit(1000.0))
+    )
 
 
-quarantine_rows, record_rows = quarantine, records     # the names before mqbatch.spark existed
+quarantine_rows, record_rows = quarantine, records  # the names before mqbatch.spark existed
 
 
 def deduplicate(arrivals: DataFrame) -> DataFrame:
     """The first arrival of each (device, boot, seq)."""
     first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
-    return (arrivals.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n"))
+    return arrivals.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
 
 
 def record_output(unique: DataFrame) -> DataFrame:
@@ -187,39 +222,74 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     (absent seqs below a record are gaps before it); out-of-order records are counted
     streaming in arrival order (arrival.count_out_of_order)."""
     per_boot = unique.groupBy("device", "boot").agg(
-        F.count("*").alias("unique"), F.max("seq").alias("max_seq"), F.max("dropped_total").alias("dropped_on_device"))
+        F.count("*").alias("unique"), F.max("seq").alias("max_seq"), F.max("dropped_total").alias("dropped_on_device")
+    )
     limit = per_boot.select("device", "boot", (F.col("max_seq") - F.lit(opts.reorder_window)).alias("_limit"))
-    old = (unique.select("device", "boot", "seq").join(F.broadcast(limit), ["device", "boot"])
-           .groupBy("device", "boot")
-           .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old")))
-    late = (unique.select("device", "boot", "seq", *ARRIVAL_ORDER).repartition("device", "boot")
-            .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER).select("device", "boot", "seq")
-            .mapInArrow(arrival.count_out_of_order, from_arrow_schema(arrival.SCHEMA))
-            .groupBy("device", "boot").agg(F.sum("out_of_order").alias("out_of_order")))
+    old = (
+        unique.select("device", "boot", "seq")
+        .join(F.broadcast(limit), ["device", "boot"])
+        .groupBy("device", "boot")
+        .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old"))
+    )
+    late = (
+        unique.select("device", "boot", "seq", *ARRIVAL_ORDER)
+        .repartition("device", "boot")
+        .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
+        .select("device", "boot", "seq")
+        .mapInArrow(arrival.count_out_of_order, from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
+        .groupBy("device", "boot")
+        .agg(F.sum("out_of_order").alias("out_of_order"))
+    )
     missing = F.when(F.col("_limit") >= 0, F.col("_limit") + 1 - F.col("_old")).otherwise(F.lit(0)).cast("long")
-    return (per_boot.join(old, ["device", "boot"]).join(late, ["device", "boot"])
-            .select("device", "boot", "unique", "out_of_order", missing.alias("missing"),
-                    (F.col("max_seq") + 1 - F.col("unique") - missing).alias("pending"), "max_seq",
-                    "dropped_on_device"))
+    return (
+        per_boot.join(old, ["device", "boot"])
+        .join(late, ["device", "boot"])
+        .select(
+            "device",
+            "boot",
+            "unique",
+            "out_of_order",
+            missing.alias("missing"),
+            (F.col("max_seq") + 1 - F.col("unique") - missing).alias("pending"),
+            "max_seq",
+            "dropped_on_device",
+        )
+    )
 
 
 def latency_percentiles(unique: DataFrame) -> DataFrame:
     """Per device: p50/p95/p99 of latency_ms over unique records with a synchronised clock."""
-    return (unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
-            .groupBy("device")
-            .agg(F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
-                 F.count("*").alias("latency_n")))
+    return (
+        unique.where(F.col("synced") & F.col("latency_ms").isNotNull())
+        .groupBy("device")
+        .agg(
+            F.percentile("latency_ms", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("lat"),
+            F.count("*").alias("latency_n"),
+        )
+    )
 
 
 def outcome_counts(decoded: DataFrame) -> list:
     """One small aggregate of the decoded rows for the report: rows per (landed_first,
     batch_status, stage, reason, device, boot, is a record) with the received_at span."""
     iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-    return (decoded.groupBy("landed_first", "batch_status", "stage", "reason", "device", "boot",
-                            F.col("sub_index").isNotNull().alias("is_sub"))
-            .agg(F.count("*").alias("n"), F.date_format(F.min("received_at"), iso).alias("first"),
-                 F.date_format(F.max("received_at"), iso).alias("last"))
-            .collect())
+    return (
+        decoded.groupBy(
+            "landed_first",
+            "batch_status",
+            "stage",
+            "reason",
+            "device",
+            "boot",
+            F.col("sub_index").isNotNull().alias("is_sub"),
+        )
+        .agg(
+            F.count("*").alias("n"),
+            F.date_format(F.min("received_at"), iso).alias("first"),
+            F.date_format(F.max("received_at"), iso).alias("last"),
+        )
+        .collect()
+    )
 
 
 def _tally(rows, key, where) -> dict:
@@ -241,20 +311,30 @@ def _devices(outcomes: list, boots: list, latency: list) -> dict:
         n_received, n_unique = received.get(name, 0), sum(b["unique"] for b in mine)
         latency_row = lat.get(name)
         devices[name] = {
-            "boots": len(mine), "received": n_received, "unique": n_unique, "duplicates": n_received - n_unique,
-            "missing": sum(b["missing"] or 0 for b in mine), "pending_gaps": sum(b["pending"] or 0 for b in mine),
+            "boots": len(mine),
+            "received": n_received,
+            "unique": n_unique,
+            "duplicates": n_received - n_unique,
+            "missing": sum(b["missing"] or 0 for b in mine),
+            "pending_gaps": sum(b["pending"] or 0 for b in mine),
             "out_of_order": sum(b["out_of_order"] or 0 for b in mine),
             "dropped_on_device": sum(b["dropped_on_device"] or 0 for b in mine),
             "quarantined": quarantined.get(name, 0),
-            "latency_ms": None if latency_row is None else {
-                "n": latency_row["latency_n"], "p50": round(latency_row["lat"][0], 3),
-                "p95": round(latency_row["lat"][1], 3), "p99": round(latency_row["lat"][2], 3)},
+            "latency_ms": None
+            if latency_row is None
+            else {
+                "n": latency_row["latency_n"],
+                "p50": round(latency_row["lat"][0], 3),
+                "p95": round(latency_row["lat"][1], 3),
+                "p99": round(latency_row["lat"][2], 3),
+            },
         }
     return devices
 
 
-def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None,
-                 bad_files: list | None = None) -> dict:
+def build_report(
+    decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None, bad_files: list | None = None
+) -> dict:
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
     quarantined landing files (files.BadFile). Three small aggregates are collected
@@ -267,21 +347,29 @@ def build_report(decoded: DataFrame, opts: JobOptions, unique: DataFrame | None 
     by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
     n_received = sum(d["received"] for d in devices.values())
     n_unique = sum(d["unique"] for d in devices.values())
-    bad_files = sorted((b.as_dict() if hasattr(b, "as_dict") else dict(b) for b in bad_files or []),
-                       key=lambda b: b["file"])
+    bad_files = sorted(
+        (b.as_dict() if hasattr(b, "as_dict") else dict(b) for b in bad_files or []), key=lambda b: b["file"]
+    )
     return {
         "options": opts.report_dict(),
         "landed": sum(batches.values()),
-        "received_at": {"min": min((r["first"] for r in landed if r["first"]), default=None),
-                        "max": max((r["last"] for r in landed if r["last"]), default=None)},
+        "received_at": {
+            "min": min((r["first"] for r in landed if r["first"]), default=None),
+            "max": max((r["last"] for r in landed if r["last"]), default=None),
+        },
         "batches": batches,
         "records": {"received": n_received, "unique": n_unique, "duplicates": n_received - n_unique},
-        "quarantine": {"rows": sum(by_reason.values()), "by_reason": by_reason,
-                       "by_stage": _tally(outcomes, "stage", lambda r: r["reason"] is not None),
-                       "files": len(bad_files),
-                       "files_by_reason": dict(sorted(
-                           {b["reason"]: sum(1 for x in bad_files if x["reason"] == b["reason"])
-                            for b in bad_files}.items()))},
+        "quarantine": {
+            "rows": sum(by_reason.values()),
+            "by_reason": by_reason,
+            "by_stage": _tally(outcomes, "stage", lambda r: r["reason"] is not None),
+            "files": len(bad_files),
+            "files_by_reason": dict(
+                sorted(
+                    {b["reason"]: sum(1 for x in bad_files if x["reason"] == b["reason"]) for b in bad_files}.items()
+                )
+            ),
+        },
         "quarantined_files": bad_files,
         "devices": devices,
     }
@@ -302,8 +390,8 @@ def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
     smaller batches also let the JVM and the Python worker of a task work at the same time."""
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     if spark.sparkContext.getConf().contains(key):
-        return int(spark.sparkContext.getConf().get(key))
-    most = max(1, min(opts.max_batch_size, opts.max_payload_bytes))   # a sub-message takes >= 1 byte
+        return int(str(spark.sparkContext.getConf().get(key)))
+    most = max(1, min(opts.max_batch_size, opts.max_payload_bytes))  # a sub-message takes >= 1 byte
     rows = max(1, min(10_000, DECODED_RECORDS_PER_BATCH // most))
     spark.conf.set(key, str(rows))
     return rows
@@ -317,8 +405,9 @@ def job_decode(spark: SparkSession, landed: DataFrame, opts: JobOptions, fast_pa
     return decode(landed, opts, compact_rows=True, fast_path=fast_path)
 
 
-def job_decode_to(spark: SparkSession, landed: DataFrame, opts: JobOptions, write,
-                  fast_path: bool | None = None) -> dict:
+def job_decode_to(
+    spark: SparkSession, landed: DataFrame, opts: JobOptions, write, fast_path: bool | None = None
+) -> dict:
     """The batch job's decode step: as job_decode, written by `write(rows, part)` in at
     most two parts (decode_to: one scan of the landing zone when every row is fast)."""
     size_arrow_batches(spark, opts)
@@ -343,6 +432,7 @@ def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
 
 # -- batch mode -----------------------------------------------------------------------
 
+
 def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "overwrite") -> None:
     """records/ (partitioned by date=YYYY-MM-DD, sorted by device, boot, seq within each
     file) and quarantine/, from the already decoded rows (no re-read, no global sort)."""
@@ -351,15 +441,29 @@ def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "
 
 
 def _write_records(unique: DataFrame, out: str, mode: str) -> None:
-    (record_output(unique).sortWithinPartitions("date", "device", "boot", "seq")
-     .write.mode(mode).partitionBy("date").parquet(f"{out}/records"))
+    (
+        record_output(unique)
+        .sortWithinPartitions("date", "device", "boot", "seq")
+        .write.mode(mode)
+        .partitionBy("date")
+        .parquet(f"{out}/records")
+    )
 
 
-ROW_ID = "_row"              # the batch job's id of a decoded row (its staged copy)
+ROW_ID = "_row"  # the batch job's id of a decoded row (its staged copy)
 STAGING = "_staging/decoded"  # under --out: the batch job's decoded rows, removed when it ends
 # the arrival keys of the valid records: all that de-duplication and the report's windows read
-KEY_COLUMNS = ["device", "boot", "seq", *ARRIVAL_ORDER[:-1], "sub_index", "synced", "latency_ms",
-               "dropped_total", ROW_ID]
+KEY_COLUMNS = [
+    "device",
+    "boot",
+    "seq",
+    *ARRIVAL_ORDER[:-1],
+    "sub_index",
+    "synced",
+    "latency_ms",
+    "dropped_total",
+    ROW_ID,
+]
 # later copies of a record (duplicates) are dropped from records/ with a broadcast
 # anti-join up to this many (8 bytes each), beyond it with a shuffled one
 BROADCAST_DUPLICATES = 4_000_000
@@ -369,14 +473,17 @@ def first_arrivals(arrivals: DataFrame) -> DataFrame:
     """KEY_COLUMNS of the valid records, partitioned by (device, boot), with `_first`: the
     first arrival of its (device, boot, seq). The report's windows reuse this partitioning."""
     first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
-    return (arrivals.select(*KEY_COLUMNS).repartition("device", "boot")
-            .withColumn("_first", F.row_number().over(first) == 1))
+    return (
+        arrivals.select(*KEY_COLUMNS)
+        .repartition("device", "boot")
+        .withColumn("_first", F.row_number().over(first) == 1)
+    )
 
 
 def _remove(spark: SparkSession, path: str) -> None:
     """Delete a directory tree on any Hadoop file system (local --out or a URL), and its
     parent directory when that is left empty."""
-    p = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)
+    p = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
     fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     fs.delete(p, True)
     if fs.exists(p.getParent()) and not fs.listStatus(p.getParent()):
@@ -407,16 +514,21 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
         paths, bad_files = landing_files.scan(landing)
         size_shuffle(spark, paths)
     staging = f"{out.rstrip('/')}/{STAGING}"
-    def stage(rows: DataFrame, part: int) -> None:     # row ids of part 1 are negative: no clash
-        ids = F.monotonically_increasing_id()
-        (rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
-         .write.mode("overwrite" if part == 0 else "append").parquet(staging))
 
-    in_files = landing_files.row_count(paths)     # from the Parquet footers; None for URLs
+    def stage(rows: DataFrame, part: int) -> None:  # row ids of part 1 are negative: no clash
+        ids = F.monotonically_increasing_id()
+        (
+            rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+            .write.mode("overwrite" if part == 0 else "append")
+            .parquet(staging)
+        )
+
+    in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
     with _step(seconds, "decode (to staging)"):
         job_decode_to(spark, read_landing(spark, paths), opts, stage)
-    decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])) \
-        .parquet(staging)
+    decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])).parquet(
+        staging
+    )
     arrivals = records(decoded)
     keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -424,8 +536,9 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
             later = keys.where(~F.col("_first")).select(ROW_ID)
             n_later = later.count()
         if n_later:
-            arrivals = arrivals.join(F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later,
-                                     ROW_ID, "left_anti")
+            arrivals = arrivals.join(
+                F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
+            )
         with _step(seconds, "write records/"):
             _write_records(arrivals, out, "overwrite")
         with _step(seconds, "write quarantine/"):
@@ -444,5 +557,7 @@ def _account(in_files: int | None, landed: int) -> None:
     """Every landed row of the readable files must be in the report (decoded or quarantined):
     a difference is a bug of the job, said loudly instead of a report that misses rows."""
     if in_files is not None and landed != in_files:
-        raise RuntimeError(f"mqbatch.spark: the landing files hold {in_files} rows but report.json accounted for "
-                           f"{landed}: a bug of the job; report.json is not written")
+        raise RuntimeError(
+            f"mqbatch.spark: the landing files hold {in_files} rows but report.json accounted for "
+            f"{landed}: a bug of the job; report.json is not written"
+        )

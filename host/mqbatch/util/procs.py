@@ -1,0 +1,80 @@
+"""Ending child processes: one way for every part of mqbatch that starts them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+
+def end_process(p: subprocess.Popen, timeout: float = 10.0, group: bool = False) -> int | None:
+    """SIGTERM p (its whole process group if `group`, for children started with
+    start_new_session=True), SIGKILL after `timeout` s. Returns p's exit code."""
+
+    def send(sig):
+        try:
+            if group:
+                os.killpg(p.pid, sig)
+            elif p.poll() is None:
+                p.send_signal(sig)
+        except ProcessLookupError:
+            return False  # already gone
+        return True
+
+    if p.poll() is not None and not group:
+        return p.returncode
+    send(signal.SIGTERM)
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        p.wait(5)
+    if group:
+        send(signal.SIGKILL)  # the leader is gone; anything it left in its group goes too
+    return p.returncode
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def on_stop_signals(handler) -> dict:
+    """Call handler(signum, frame) on SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a closed
+    terminal). Returns the previous handlers for restore_signals(). Main thread only."""
+    return {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+
+
+def restore_signals(previous: dict) -> None:
+    for s, h in previous.items():
+        signal.signal(s, h)
+
+
+class stop_signals_interrupt:
+    """`with stop_signals_interrupt():` SIGTERM and SIGHUP end the block like Ctrl-C:
+    KeyboardInterrupt is raised in the main thread, so `finally:` clean-up runs and
+    nothing the command started is left behind. A second signal while that clean-up
+    runs is reported and ignored (the clean-up finishes). Used by `mqbatch demo`,
+    `devices`; any command that starts processes can use it."""
+
+    def __init__(self, name: str = "mqbatch", err=None):
+        self.name, self.err = name, err
+        self.received: int | None = None  # the first stop signal, if any
+
+    def _handler(self, signum, frame):
+        import sys
+
+        if self.received is None:
+            self.received = signum
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        print(
+            f"{self.name}: {signal.Signals(signum).name} again: still stopping what was started",
+            file=self.err or sys.stderr,
+            flush=True,
+        )
+
+    def __enter__(self):
+        self._previous = on_stop_signals(self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        restore_signals(self._previous)
+        return False

@@ -1,0 +1,51 @@
+"""`mqbatch bench all --quick` (what `make bench` runs, at smoke-test sizes): every
+target runs end to end, prints its figures and writes OUT/TARGET.json, and the report
+(benchmarks.md with its PNG plots) is rendered into OUT, not docs/. No timing is
+asserted: figures are for reading (docs/), not for failing a loaded CI machine."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from mqbatch_testing import run_bench
+
+
+def test_bench_all_quick_runs_every_target_and_prints_figures(tmp_path):
+    text = run_bench("all", "--quick", "--out", str(tmp_path), timeout=900)
+    headers = re.findall(r"^== mqbatch bench (\w+)", text, re.M)
+    assert headers == ["wire", "device", "ingest", "spark", "report"], headers
+    assert re.search(r"^mqbatch +100 +[\d.]+ \[[\d.]+\.\.[\d.]+\] +38\.0 +1\.00 ", text, re.M), text  # wire split
+    n = r"[\d,.]+"
+    assert re.search(rf"^ratio recorder/counter \(same repetition\): {n} \[{n}-{n}\]$", text, re.M), text
+    for what in (
+        "\\(a\\) mqbatch decode\\+validate\\+explode",
+        "\\(b\\) from_json\\+explode",
+        "\\(c\\) full batch job",
+    ):
+        assert re.search(rf"^{what}.*: {n} records/s \[{n}-{n}\]", text, re.M), what
+    assert re.search(rf"^ratio \(a\)/\(b\) records/s, medians of this run: {n}$", text, re.M), text
+    device = text[text.index("== mqbatch bench device") : text.index("== mqbatch bench ingest")]
+    assert re.search(r"\d", device), device
+    for target in ("wire", "device", "ingest", "spark"):
+        doc = json.loads((tmp_path / f"{target}.json").read_text())
+        assert doc["quick"] is True and doc["figures"], target
+        assert doc["command"].startswith(f"mqbatch bench {target}") and "bench all --quick" in doc["command"]
+        assert doc["machine"]["cpu"] and doc["versions"]["mqbatch"], target
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert f"report: {tmp_path / 'benchmarks.md'}" in text  # --quick never writes docs/
+    for png in ("wire_bytes", "records_per_s", "heap"):
+        data = (tmp_path / "benchmarks" / f"{png}.png").read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000, png
+        assert f"](benchmarks/{png}.png)" in md
+    # one provenance block per section: wire bytes and device rates (both from wire.json), device, ingest, spark
+    assert md.count("*Command:* `mqbatch bench ") == 5 and md.count("*Machine:* ") == 5
+    for heading in (
+        "## Bytes per record on the wire",
+        "## Records per second",
+        "## Device CPU per record",
+        "## Recorder vs a counting subscriber",
+        "## Spark pipeline",
+        "## End-to-end latency",
+    ):
+        assert heading in md, heading

@@ -1,0 +1,35 @@
+"""`mqbatch bench ingest --quick` runs end to end against a real Mosquitto (TLS, the
+stack's dynamic-security policy) and prints its figures. No timing is asserted:
+figures are for reading (docs/ingest.md), not for failing a loaded CI machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from mqbatch_testing import VENV_BIN
+
+
+def test_bench_ingest_quick_prints_rates_rss_and_ratio():
+    out = subprocess.run(
+        [str(VENV_BIN / "mqbatch"), "bench", "ingest", "--quick"], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    print(text)
+    number = r"[\d,.]+"
+    for what in ("counting subscriber", "recorder \\(fsync before PUBACK\\)"):
+        assert re.search(
+            rf"^{what}: {number} PUBLISH/s \[{number}-{number}\] = {number} records/s "
+            rf"\[{number}-{number}\], peak RSS {number} MB \[{number}-{number}\]",
+            text,
+            re.M,
+        ), text
+    assert re.search(rf"^ratio recorder/counter \(same repetition\): {number} \[{number}-{number}\]$", text, re.M), text
+    assert re.search(
+        rf"^CPU per 1,000 PUBLISHes \(all threads\): counter {number} s \[{number}-{number}\], "
+        rf"recorder {number} s \[{number}-{number}\], ratio recorder/counter {number} \[",
+        text,
+        re.M,
+    ), text
+    assert len(re.findall(r"^  rep \d+: ", text, re.M)) == 2

@@ -1,0 +1,133 @@
+"""docs/e2e-ack.md, host side, without a broker: the batch-seq property parser, the
+range merger and the ack payload encoder/decoder (byte-exact against hand-made
+payloads), and what the recorder's batcher acknowledges."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqbatch.ingest import e2eack
+from mqbatch.ingest.e2eack import AckBatcher, AckError, decode, encode, merge, parse_batch_seq
+
+
+def test_ack_payload_is_byte_exact():
+    # version 1, then per range u32 boot, u32 first, u32 last, little-endian
+    assert encode([(1, 0, 99)]) == [bytes.fromhex("01010000000000000063000000")]
+    assert encode([(7, 100, 199), (0xFFFFFFFF, 0x01020304, 0xFFFFFFFF)]) == [
+        bytes.fromhex("010700000064000000c7000000ffffffff04030201ffffffff")
+    ]
+    assert encode([]) == []
+
+
+def test_more_than_32_ranges_are_split_into_several_acks():
+    ranges = [(1, 2 * i, 2 * i) for i in range(66)]  # not adjacent: nothing to merge
+    payloads = encode(ranges)
+    assert [len(p) for p in payloads] == [1 + 12 * 32, 1 + 12 * 32, 1 + 12 * 2]
+    assert [r for p in payloads for r in decode(p)] == ranges
+    assert len(encode(ranges[:32])) == 1
+
+
+def test_the_largest_ack_publish_fits_the_firmwares_maximum_packet_size():
+    """A 64-character device id, 32 ranges: the PUBLISH the broker forwards (QoS 1, topic,
+    packet id, Message Expiry Interval, payload) must fit the firmware's 512-byte Maximum
+    Packet Size, or the broker drops it and the device resends what it covered."""
+    from mqbatch.wire import codec
+
+    topic = e2eack.ack_topic("d" * 64).encode()
+    payload = encode([(1, 2 * i, 2 * i) for i in range(100)])[0]
+    props = bytes([0x02]) + e2eack.MESSAGE_EXPIRY_S.to_bytes(4, "big")
+    body = (
+        len(topic).to_bytes(2, "big") + topic + (1).to_bytes(2, "big") + codec.vbi_encode(len(props)) + props + payload
+    )
+    packet = bytes([0x32]) + codec.vbi_encode(len(body)) + body
+    assert len(packet) == 474 <= 512
+
+
+def test_merge_joins_overlapping_and_adjacent_ranges_per_boot():
+    assert merge([(2, 10, 19), (1, 5, 9), (1, 0, 4), (2, 20, 20), (2, 25, 30), (1, 3, 6), (2, 26, 27)]) == [
+        (1, 0, 9),
+        (2, 10, 20),
+        (2, 25, 30),
+    ]
+    assert merge([(1, 0, 9), (2, 10, 19)]) == [(1, 0, 9), (2, 10, 19)]  # another boot: never joined
+    assert merge([(1, 0, 0xFFFFFFFF), (1, 5, 6)]) == [(1, 0, 0xFFFFFFFF)]
+    assert merge([]) == []
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1:0-99", (1, 0, 99)),
+        ("0:0-0", (0, 0, 0)),
+        ("4294967295:4294967295-4294967295", (0xFFFFFFFF,) * 3),
+        ("12:100-100", (12, 100, 100)),
+        ("", None),
+        ("1:0", None),
+        ("1-0:99", None),
+        ("01:0-99", None),
+        ("1:00-99", None),
+        ("1:0-099", None),
+        (" 1:0-99", None),
+        ("1:0-99 ", None),
+        ("1:5-4", None),
+        ("4294967296:0-1", None),
+        ("1:0-4294967296", None),
+        ("-1:0-1", None),
+        ("+1:0-1", None),
+        ("1:0-1\n", None),
+        ("١:0-1", None),
+        ("1:0-99999999999", None),
+    ],
+)
+def test_batch_seq_values(value, expected):
+    assert parse_batch_seq(value) == expected
+
+
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        (b"", "version"),
+        (b"\x02" + bytes(12), "version"),
+        (b"\x01", r"1 \+ 12 N"),
+        (b"\x01" + bytes(11), r"1 \+ 12 N"),
+        (b"\x01" + bytes(13), r"1 \+ 12 N"),
+        (b"\x01" + bytes(12 * 65), r"1 \+ 12 N"),
+        (bytes.fromhex("01010000000500000004000000"), "first > last"),
+    ],
+)
+def test_bad_ack_payloads_are_refused_with_the_reason(payload, why):
+    with pytest.raises(AckError, match=why):
+        decode(payload)
+
+
+def test_encode_refuses_impossible_ranges():
+    for bad in [(1, 5, 4), (-1, 0, 0), (1, 0, 1 << 32)]:
+        with pytest.raises(ValueError):
+            encode([bad])
+    with pytest.raises(ValueError):
+        e2eack.format_batch_seq(1, 2, 1)
+    assert e2eack.format_batch_seq(3, 0, 99) == "3:0-99"
+
+
+def test_batcher_acks_valid_batches_per_device_and_counts_the_rest():
+    b = AckBatcher()
+    seq = lambda v: [("batch-format", "v1"), ("batch-size", "1"), ("batch-seq", v)]
+    assert b.add("mqbatch/dev-001/telemetry", seq("1:0-9"))
+    assert b.add("mqbatch/dev-001/telemetry", seq("1:10-19"))
+    assert b.add("mqbatch/dev-001/telemetry", seq("1:10-19"))  # a redelivery: acknowledged again
+    assert b.add("mqbatch/dev-001/telemetry", seq("2:0-4"))
+    assert b.add("mqbatch/dev-002/telemetry", seq("1:30-39"))
+    assert not b.add("mqbatch/dev-002/telemetry", seq("1:9-3"))  # invalid value
+    assert not b.add("mqbatch/dev-002/telemetry", seq("1:0-1") + [("batch-seq", "1:2-3")])  # two of them
+    assert not b.add("mqbatch/dev 2/telemetry", seq("1:0-1"))  # not a valid device id
+    assert not b.add("mqbatch/dev-002/status", seq("1:0-1"))  # not a telemetry topic
+    assert not b.add("other/dev-002/telemetry", seq("1:0-1"))
+    assert not b.add("mqbatch/dev-002/telemetry", [("batch-format", "v1")])  # e2e off on that device
+    assert (b.acked, b.invalid, b.without) == (5, 5, 1)
+    assert b
+    out = b.drain()
+    assert out == [
+        ("mqbatch/dev-001/ack", bytes.fromhex("01010000000000000013000000020000000000000004000000")),
+        ("mqbatch/dev-002/ack", bytes.fromhex("01010000001e00000027000000")),
+    ]
+    assert not b and b.drain() == []

@@ -1,0 +1,275 @@
+"""The decoder's JVM fast path (mqbatch.spark.jvm, java/BatchDecoder.java): the same rows
+as the Python decoders on the shared vectors and on generated, mutated and edge-case
+landed PUBLISHes (tests/spark/jvm_decode_diff.py; the long run is documented in docs/spark.md),
+the exact edges of what it accepts, one evaluation per landed row, a jar built once and
+shipped by `mqbatch spark`, and a loud fallback to Python where it cannot run."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import functions as F
+
+from mqbatch.ingest import landing as landing_zone
+from mqbatch.spark import JobOptions, jvm, pipeline
+from mqbatch.util.paths import ROOT
+from mqbatch.wire import codec, records
+from mqbatch_testing.spark import T0_MS, landed, write_landing
+
+pytestmark = pytest.mark.spark
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def _load_diff():
+    spec = importlib.util.spec_from_file_location("jvm_decode_diff", ROOT / "tests" / "spark" / "jvm_decode_diff.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fast_path_gives_the_python_decoders_rows(spark):
+    outcome = _load_diff().run(spark, cases=20_000, seed=7, groups=8)
+    print(f"{outcome.cases} landed rows, {outcome.rows} decoded rows, {outcome.fast_landed} by the JVM fast path")
+    assert outcome.differences == []
+    assert outcome.cases >= 20_000 and outcome.rows > outcome.cases
+    # both paths are exercised in earnest
+    assert 0.15 * outcome.cases < outcome.fast_landed < 0.85 * outcome.cases
+
+
+RECEIVED_MS = T0_MS + 10_000
+
+
+def rec(value=2150, time_ms=None, kind="sample", readings=None, flags=None, fmt="binary"):
+    t = T0_MS if time_ms is None else time_ms
+    enc = records.encode_json if fmt == "json" else records.encode_binary
+    out = bytearray(enc(kind, 1, 2, t, readings if readings is not None else [(1, value), (3, 3300)]))
+    if flags is not None:
+        out[2] = flags
+    return bytes(out)
+
+
+def publish(subs, topic="mqbatch/dev-1/telemetry", props=None, received_ms=RECEIVED_MS, payload=None):
+    """A landed row; received_ms None: one without received_at (written by write_rows)."""
+    row = landed(topic, subs, received_ms or 0, props=props, payload=payload)
+    return row if received_ms is not None else dataclasses.replace(row, received_at_us=None)
+
+
+def write_rows(directory, rows) -> str:
+    """The landed rows as one landing file (received_at null where a row has None)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    table = landing_zone.to_table([dataclasses.replace(r, received_at_us=r.received_at_us or 0) for r in rows], "r1", 0)
+    at = table.column("received_at").to_pylist()
+    received = pa.array(
+        [None if r.received_at_us is None else v for r, v in zip(rows, at)], table.schema.field("received_at").type
+    )
+    table = table.set_column(table.schema.get_field_index("received_at"), "received_at", received)
+    pq.write_table(table, directory / "landing-r1-00000000.parquet")
+    return str(directory)
+
+
+LIMIT_MS = JobOptions().max_future_s * 1000
+EDGES = {  # name: (landed row, taken by the fast path)
+    "valid": (publish([rec()]), True),
+    "temperature at its maximum": (publish([rec(15000)]), True),
+    "temperature 1 over": (publish([rec(15001)]), False),
+    "temperature at its minimum": (publish([rec(-5000)]), True),
+    "temperature 1 under": (publish([rec(-5001)]), False),
+    "device time at the future limit": (publish([rec(time_ms=RECEIVED_MS + LIMIT_MS)]), True),
+    "1 ms past it": (publish([rec(time_ms=RECEIVED_MS + LIMIT_MS + 1)]), False),
+    "reserved flag bit": (publish([rec(flags=2)]), False),
+    "health channel in a sample": (publish([rec(readings=[(0x80, 5)])]), False),
+    "unknown channel": (publish([rec(readings=[(7, 5)])]), False),
+    "duplicate channel": (publish([rec(readings=[(1, 5), (1, 6)])]), False),
+    "32 readings are too many for sample channels": (publish([rec(readings=[(1, 5)] * 32)]), False),
+    "health record, unbounded last_error": (publish([rec(kind="health", readings=[(0x84, -(1 << 31))])]), True),
+    "no readings": (publish([rec(readings=[])]), True),
+    "one JSON record among binary ones": (publish([rec(), rec(fmt="json")]), False),
+    "device id of 64 characters": (publish([rec()], topic=f"mqbatch/{'d' * 64}/telemetry"), True),
+    "device id of 65 characters": (publish([rec()], topic=f"mqbatch/{'d' * 65}/telemetry"), False),
+    "non-ASCII device id": (publish([rec()], topic="mqbatch/d\u00e9v/telemetry"), False),
+    "an extra plain property": (
+        publish(
+            [rec()],
+            props=[("batch-format", "v1"), ("batch-size", "1"), ("site", "plant-7")],
+            payload=codec.encode_payload([rec()]),
+        ),
+        True,
+    ),
+    "an extra property json.dumps escapes": (
+        publish(
+            [rec()],
+            props=[("batch-format", "v1"), ("batch-size", "1"), ("site", 'a"b')],
+            payload=codec.encode_payload([rec()]),
+        ),
+        False,
+    ),
+    "batch-size 01": (
+        publish([rec()], props=[("batch-format", "v1"), ("batch-size", "01")], payload=codec.encode_payload([rec()])),
+        False,
+    ),
+    "trailing byte": (
+        publish(
+            [rec()],
+            props=[("batch-format", "v1"), ("batch-size", "1")],
+            payload=codec.encode_payload([rec()]) + b"\x00",
+        ),
+        False,
+    ),
+    "no received_at": (publish([rec()], received_ms=None), False),
+    "batch-size of 9 digits": (
+        publish(
+            [rec()], props=[("batch-format", "v1"), ("batch-size", "999999999")], payload=codec.encode_payload([rec()])
+        ),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [JobOptions(), JobOptions(max_batch_size=10**12, max_payload_bytes=10**20)],
+    ids=["defaults", "limits-of-10^12"],
+)
+def test_what_the_fast_path_takes_at_the_edges(spark, tmp_path, opts):
+    names = list(EDGES)
+    landed_df = pipeline.read_landing(spark, write_rows(tmp_path / "landing", [EDGES[n][0] for n in names]))
+    assert jvm.registered(spark)
+    fast = {r.offset: r.fast for r in landed_df.select("offset", jvm.is_fast(spark, opts).alias("fast")).collect()}
+    offsets = sorted(fast)
+    got = {names[i]: fast[o] for i, o in enumerate(offsets)}
+    assert got == {n: EDGES[n][1] for n in names}
+    # and the decoded rows are the Python decoders' either way
+    want = pipeline.decode(landed_df, opts, fast_path=False).toArrow().sort_by(_load_diff().SORT)
+    have = pipeline.decode(landed_df, opts, fast_path=True).toArrow().sort_by(_load_diff().SORT)
+    assert have.to_pylist() == want.to_pylist()
+
+
+def test_the_fast_path_runs_once_per_landed_row(spark, tmp_path):
+    """With a plain posexplode Spark infers a filter on size(records) and runs the decoder three
+    times per landed row; the plan must name each of its two functions once."""
+    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+    decoded = pipeline.job_decode(spark, pipeline.read_landing(spark, str(tmp_path / "landing")), JobOptions())
+    plan = decoded._jdf.queryExecution().executedPlan().toString()
+    # the scans list the filter as a DataFilter they cannot push down (not an evaluation)
+    plan = "\n".join(line for line in plan.splitlines() if "FileScan" not in line)
+    assert plan.count("mqbatch.BatchDecoder(") == 2, plan
+    assert plan.count(").decode(topic") == 1, plan
+    assert plan.count(").isFast(topic") == 1, plan
+    assert decoded.where(F.col("reason").isNull()).count() == 1
+
+
+def test_the_decoding_functions_name_a_wrong_call(spark, tmp_path):
+    """The session functions behind the fast path say what is wrong with a call, at analysis."""
+    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+    landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
+    jvm.is_fast(spark, JobOptions())
+    name = f"{jvm.IS_FAST}_{jvm._key(JobOptions())}"
+    with pytest.raises(Exception, match="takes 5 arguments"):
+        landed_df.selectExpr(f"{name}(topic, payload, user_properties)").collect()
+    with pytest.raises(Exception, match="last two arguments must not be nullable"):
+        landed_df.selectExpr(
+            f"{name}(topic, payload, user_properties, unix_micros(received_at), received_at IS NULL)"
+        ).collect()
+    # and with the arguments jvm.ARGUMENTS gives, a null received_at is "not fast", never null
+    fast = landed_df.selectExpr(f"{name}(topic, payload, user_properties, 0L, true) AS f").collect()
+    assert [r.f for r in fast] == [False]
+
+
+def test_hmac_keys_turn_the_fast_path_off(spark, tmp_path):
+    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+    landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
+    opts = JobOptions(hmac_keys=(("dev-1", b"k" * 32),))
+    with pytest.raises(RuntimeError, match="--hmac-keys given"):
+        pipeline.decode(landed_df, opts, fast_path=True)
+    rows = pipeline.decode(landed_df, opts).select("reason").collect()
+    assert [r.reason for r in rows] == ["BATCH_HMAC_MISSING"]
+
+
+def test_the_jar_is_built_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("MQBATCH_JVM_CACHE", str(tmp_path / "cache"))
+    first = jvm.jar()
+    assert first is not None and first.parent == tmp_path / "cache" and first.stat().st_size > 1000
+    monkeypatch.setattr(jvm, "_javac", lambda: pytest.fail("javac run again for a cached jar"))
+    assert jvm.jar() == first
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no temp dir left
+
+
+def test_without_a_jdk_the_fast_path_is_off_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MQBATCH_JVM_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(jvm, "_javac", lambda: None)
+    monkeypatch.setattr(jvm, "_notes", set())
+    assert jvm.jar() is None and jvm.with_jar("a.jar") == "a.jar"
+    assert "no javac (a JDK) found: the JVM fast path is off" in capsys.readouterr().err
+
+
+def test_spark_submit_ships_the_jar(tmp_path):
+    dry = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "spark",
+            "--landing",
+            "L",
+            "--out",
+            "O",
+            "--print-command",
+            "--pyfiles-zip",
+            str(tmp_path / "mqbatch.zip"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert f"--jars {jvm.jar()} " in dry.stdout
+
+
+MIXED = [publish([rec(), rec()]) for _ in range(3)] + [
+    publish([rec(15001)]),
+    publish([rec(fmt="json")]),
+    publish([rec()], topic="not/telemetry"),
+]
+
+
+def test_decode_to_scans_once_when_every_row_is_fast_and_twice_otherwise(spark, tmp_path):
+    parts = []
+
+    def collect(rows, part):
+        parts.append((part, rows.toArrow()))
+
+    fast_only = pipeline.read_landing(spark, write_rows(tmp_path / "fast", MIXED[:3]))
+    took = pipeline.decode_to(fast_only, JobOptions(), collect)
+    assert took == {"python": 0} and [p for p, _ in parts] == [0]
+
+    parts.clear()
+    mixed = pipeline.read_landing(spark, write_rows(tmp_path / "mixed", MIXED))
+    took = pipeline.decode_to(mixed, JobOptions(), collect, compact_rows=True)
+    assert took == {"python": 3} and [p for p, _ in parts] == [0, 1]
+
+    def key(r):
+        return r["offset"], r["sub_index"] if r["sub_index"] is not None else -1, r["stage"] or "", r["reason"] or ""
+
+    got = sorted((r for _, t in parts for r in t.to_pylist()), key=key)
+    want = pipeline.decode(mixed, JobOptions(), compact_rows=True, fast_path=False).toArrow().to_pylist()
+    assert got == sorted(want, key=key)
+
+
+def test_a_landed_row_the_job_loses_fails_it_loudly(spark, tmp_path, monkeypatch):
+    """The batch job accounts for every landed row of the files (Parquet footers): should a
+    part of the decode step drop rows (here: the Python part returns nothing), it stops
+    before report.json instead of reporting less."""
+    landing = write_rows(tmp_path / "landing", MIXED)
+    monkeypatch.setattr(
+        pipeline,
+        "_decode_python",
+        lambda landed, opts, compact: landed.limit(0).mapInArrow(lambda batches: iter(()), pipeline.DECODED_SCHEMA),
+    )
+    with pytest.raises(RuntimeError, match="the landing files hold 6 rows but report.json accounted for 3"):
+        pipeline.run_batch(spark, landing, str(tmp_path / "out"), JobOptions())
+    assert not (tmp_path / "out" / "report.json").exists()

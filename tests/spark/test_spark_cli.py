@@ -1,0 +1,242 @@
+"""`mqbatch spark` as a user runs it (issues 11, 13, 14): a printed command that runs from
+a clean shell, quiet logs, arguments checked before the JVM, signals that end the whole
+spark-submit process group, and a streaming job that gives the same output after a
+SIGKILL and a restart. Plus the example of a user's own job (spark_jobs/example_partitioned.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+
+import pytest
+from test_spark_job import expected_report, scenario_files
+
+from mqbatch_testing import VENV_BIN
+from mqbatch_testing.spark import write_landing
+
+pytestmark = pytest.mark.spark
+MQBATCH = str(VENV_BIN / "mqbatch")
+SMALL = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
+
+
+def clean_env() -> dict:
+    """What a fresh login shell has: no venv, no Spark or Python variables."""
+    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+
+
+@pytest.fixture(scope="module")
+def scenario_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli-scenario")
+    for segment, rows in enumerate(scenario_files()):
+        write_landing(d, "r1", segment, rows)
+    return d
+
+
+# -- arguments are checked before any JVM starts ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--landing", "/nonexistent/landing", "--out", "OUT"], "is not a directory"),
+        (["--landing", ".", "--out", "OUT", "--reorder-window", "-1"], "must be >= 0"),
+        (["--landing", ".", "--out", "OUT", "--log-level", "LOUD"], "invalid choice"),
+        (["--landing", ".", "--out", "OUT", "--stream", "--once"], "not allowed with"),
+    ],
+)
+def test_bad_arguments_fail_before_spark_starts(tmp_path, argv, message):
+    proc = subprocess.run([MQBATCH, "spark", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert "spark" not in proc.stdout.lower() and "log4j" not in proc.stderr and "SparkContext" not in proc.stderr
+    assert not (tmp_path / "OUT").exists()
+
+
+# -- the printed command, in a clean shell ---------------------------------------------------
+
+
+def test_printed_command_runs_in_a_clean_shell_quietly(tmp_path):
+    """env -i: no venv on PATH, no SPARK_HOME, no PYSPARK_PYTHON. An empty landing zone
+    (which used to end in RejectedExecutionException errors at shutdown)."""
+    (tmp_path / "landing").mkdir()
+    dry = subprocess.run(
+        [
+            MQBATCH,
+            "spark",
+            "--landing",
+            "landing",
+            "--out",
+            "out",
+            *SMALL,
+            "--print-command",
+            "--pyfiles-zip",
+            str(tmp_path / "mqbatch.zip"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert dry.returncode == 0, dry.stderr
+    line = dry.stdout.strip()
+    assert line.startswith("env ") and "SPARK_HOME=/" in line and "PYSPARK_PYTHON=/" in line
+    proc = subprocess.run(
+        ["/bin/sh", "-c", line], env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 landed PUBLISHes, 0 records" in proc.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["landed"] == 0 and report["devices"] == {}
+    assert "Exception" not in proc.stderr and " INFO " not in proc.stderr, proc.stderr[-3000:]
+
+
+# -- signals ----------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def _group(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies excluded)."""
+    members = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+class Job:
+    """`mqbatch spark ...` in its own session, stdout read line by line."""
+
+    def __init__(self, argv, cwd):
+        self.proc = subprocess.Popen(
+            [MQBATCH, "spark", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, *needles, timeout=600) -> str:
+        while True:
+            line = self.lines.get(timeout=timeout)
+            if line is None:
+                raise AssertionError(f"job ended before {needles}: {self.seen[-20:]} {self.proc.stderr.read()[-3000:]}")
+            self.seen.append(line)
+            if any(n in line for n in needles):
+                return line
+
+    def spark_group(self) -> int:
+        """The process group of the spark-submit child (its own session)."""
+        kids = _children(self.proc.pid)
+        assert kids, "mqbatch spark has no child"
+        return kids[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_signal_ends_spark_submit_and_everything_it_started(tmp_path, scenario_dir, sig):
+    job = Job(
+        ["--landing", str(scenario_dir), "--out", str(tmp_path / "out"), "--stream", "--trigger-seconds", "1", *SMALL],
+        tmp_path,
+    )
+    if sig == signal.SIGTERM:
+        job.wait_for("batch 0: 2 files")  # the Python driver and its workers run
+    else:
+        while not _children(job.proc.pid):  # spark-submit (the JVM starting) exists
+            assert job.proc.poll() is None
+            threading.Event().wait(0.1)
+    pgid = job.spark_group()
+    os.kill(job.proc.pid, sig)
+    assert job.proc.wait(timeout=120) == 128 + sig
+    assert _group(pgid) == [], "processes left behind by spark-submit"
+
+
+# -- streaming: SIGKILL at a random moment of a micro-batch, restart, same output ------------
+
+
+def test_stream_killed_mid_batch_then_restarted_gives_the_uninterrupted_output(spark, tmp_path, scenario_dir):
+    import mqbatch.spark as S
+
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    shutil.copy(scenario_dir / "landing-r1-00000000.parquet", landing)
+    job = Job(
+        [
+            "--landing",
+            str(landing),
+            "--out",
+            str(out),
+            "--stream",
+            "--trigger-seconds",
+            "1",
+            "--reorder-window",
+            "3",
+            *SMALL,
+        ],
+        tmp_path,
+    )
+    job.wait_for("batch 0: 1 files")
+    shutil.copy(scenario_dir / "landing-r1-00000001.parquet", landing / ".new.tmp")
+    os.replace(landing / ".new.tmp", landing / "landing-r1-00000001.parquet")
+    job.wait_for("batch 1: started")
+    pgid = job.spark_group()
+    os.killpg(pgid, signal.SIGKILL)  # power cut: nothing runs any handler
+    os.killpg(job.proc.pid, signal.SIGKILL)
+    job.proc.wait(timeout=60)
+    print(f"killed during batch 1; committed before the kill: {sorted(p.name for p in (out / '_batches').glob('*'))}")
+
+    report = S.run_stream(spark, str(landing), str(out), S.JobOptions(reorder_window=3))  # the restart
+    assert report == expected_report(False)
+    batch = tmp_path / "batch"
+    S.run_batch(spark, str(landing), str(batch), S.JobOptions(reorder_window=3))
+    cols = ["device", "boot", "seq", "batch_id", "sub_index", "received_at", "readings", "date"]
+    for name, order in (("records", ["device", "boot", "seq"]), ("quarantine", ["segment", "offset", "sub_index"])):
+        got = spark.read.parquet(str(out / name)).orderBy(*order).collect()
+        want = spark.read.parquet(str(batch / name)).orderBy(*order).collect()
+        keep = cols if name == "records" else [c for c in want[0].asDict() if c != "date"]
+        assert [{k: r[k] for k in keep} for r in got] == [{k: r[k] for k in keep} for r in want], name
+    assert sorted(p.name for p in (out / "records").iterdir()) == ["date=2026-11-18"]
+    assert not list(out.glob("_staging/*"))
+
+
+# -- your own job -------------------------------------------------------------------------
+
+
+def test_example_job_writes_readings_partitioned_by_date_and_device(spark, tmp_path, scenario_dir):
+    import example_partitioned  # spark_jobs/ is on sys.path once the `spark` fixture ran
+
+    example_partitioned.build(spark, str(scenario_dir), str(tmp_path))
+    parts = sorted(str(p.relative_to(tmp_path / "readings")) for p in (tmp_path / "readings").glob("date=*/device=*"))
+    assert parts == ["date=2026-11-18/device=dev-a", "date=2026-11-18/device=dev-b"]
+    rows = spark.read.parquet(str(tmp_path / "readings")).collect()
+    assert len(rows) == 2 * expected_report(False)["records"]["unique"]  # two readings per sample record
+    assert {(r.device, r.channel) for r in rows if r.kind == "sample"} >= {
+        ("dev-a", "temperature"),
+        ("dev-b", "supply_voltage"),
+    }
+    assert spark.read.parquet(str(tmp_path / "rejected")).count() == expected_report(False)["quarantine"]["rows"]

@@ -1,0 +1,557 @@
+"""The PySpark telemetry job (spark_jobs/telemetry_job.py) on the shared local SparkSession:
+identical to the host decoder on tests/vectors/, exact records/quarantine/report on a
+scenario landing zone, idempotent batch reruns, exactly-once streaming, `mqbatch spark`."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+from mqbatch.wire import codec, records
+from mqbatch_testing import VENV_BIN, load_vectors
+from mqbatch_testing.spark import T0_MS, health, landed, sample, write_landing
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def job(spark):
+    import mqbatch.spark  # the pipeline's public API (spark_jobs/telemetry_job.py is its spark-submit entry)
+
+    return mqbatch.spark
+
+
+# -- tests/vectors: the job decodes exactly as mqbatch.wire.codec ------------------------
+
+VECTORS = load_vectors()
+
+
+def _vector_groups():
+    groups = collections.defaultdict(list)
+    for v in VECTORS:
+        groups[json.dumps(v["options"], sort_keys=True)].append(v)
+    return groups
+
+
+def _vector_landing(directory: pathlib.Path, vectors) -> None:
+    rows = [
+        landed(
+            f"mqbatch/vec-{i}/telemetry",
+            [],
+            T0_MS + i,
+            props=v["user_properties"],
+            payload=bytes.fromhex(v["payload_hex"]),
+        )
+        for i, v in enumerate(vectors)
+    ]
+    write_landing(directory, "vectors", 0, rows)
+
+
+@pytest.mark.parametrize("options", sorted(_vector_groups()))
+def test_job_decodes_vectors_exactly_as_host_decoder(job, spark, tmp_path, options):
+    vectors = _vector_groups()[options]
+    _vector_landing(tmp_path, vectors)
+    opts = job.JobOptions(**json.loads(options))
+    rows = job.decode(job.read_landing(spark, str(tmp_path)), opts).collect()
+    by_vector = collections.defaultdict(list)
+    for r in rows:
+        by_vector[int(r["topic"].split("/")[1][4:])].append(r)
+    assert sorted(by_vector) == list(range(len(vectors)))
+    for i, v in enumerate(vectors):
+        got = by_vector[i]
+        host = codec.decode(v["user_properties"], bytes.fromhex(v["payload_hex"]), opts.decode_options())
+        first = [r for r in got if r["landed_first"]]
+        assert len(first) == 1, v["name"]
+        batch_rows = [r for r in got if r["stage"] == "batch"]
+        spark_result = (
+            first[0]["batch_status"],
+            batch_rows[0]["reason"] if batch_rows else None,
+            [
+                bytes(r["sub_payload"]).hex()
+                for r in sorted(got, key=lambda r: r["sub_index"] or 0)
+                if r["sub_index"] is not None
+            ],
+        )
+        assert spark_result == (host.status, host.reason, [m.hex() for m in host.messages]), v["name"]
+        assert spark_result == (v["expect"]["status"], v["expect"]["reason"], v["expect"]["messages_hex"]), v["name"]
+        if batch_rows:
+            assert batch_rows[0]["detail"] == host.log["detail"]
+            assert bytes(batch_rows[0]["payload"]) == bytes.fromhex(v["payload_hex"])  # raw row kept
+
+
+def test_job_report_on_vectors_matches_host_reference(job, spark, tmp_path):
+    vectors = _vector_groups()["{}"]
+    _vector_landing(tmp_path / "landing", vectors)
+    report = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), job.JobOptions())
+    expected = collections.Counter()
+    statuses = collections.Counter()
+    for v in vectors:  # the host pipeline: codec.decode, then records.parse per sub-message
+        res = codec.decode(v["user_properties"], bytes.fromhex(v["payload_hex"]))
+        statuses[res.status] += 1
+        if res.reason:
+            expected[res.reason] += 1
+        for m in res.messages:
+            try:
+                records.parse(m)
+            except records.RecordError as e:
+                expected[e.reason] += 1
+    assert report["batches"] == dict(statuses)
+    assert report["quarantine"]["by_reason"] == dict(expected)
+    assert report["landed"] == len(vectors)
+
+
+# -- scenario: duplicates, reordering, gaps, health, content errors, bad topic -------
+
+
+def T(boot, seq):
+    return T0_MS + boot * 100_000 + seq * 1000
+
+
+A, B = "mqbatch/dev-a/telemetry", "mqbatch/dev-b/telemetry"
+FUTURE = T(7, 3) + 100 + 2 * 86_400_000
+
+
+def scenario_files():
+    a2 = landed(A, [sample(1, 4)[0], sample(1, 5)[0]], T(1, 5) + 500)
+    file1 = [
+        landed(A, [sample(1, s)[0] for s in (0, 1, 2)], T(1, 2) + 500),
+        a2,
+        landed(A, [sample(1, 3)[0]], T(1, 5) + 1000),  # late: out of order
+        landed(A, [], T(1, 5) + 2000, props=a2.user_properties, payload=a2.payload),  # redelivered copy
+        landed(A, [sample(1, 8)[0], health(1, 9, dropped_total=2)[0]], T(1, 9) + 1000),  # 6, 7 never came
+        landed(
+            A,
+            [],
+            T(1, 11) + 500,
+            props=[("batch-format", "v1"), ("batch-size", "3")],
+            payload=codec.encode_payload([sample(1, 10)[0], sample(1, 11)[0]]),
+        ),  # count mismatch
+    ]
+    file2 = [
+        landed(A, [sample(2, 0)[0], sample(2, 1)[0], health(2, 2, dropped_total=1)[0]], T(2, 2) + 500),
+        landed(
+            B,
+            [sample(7, 0, synced=False, fmt="json")[0], sample(7, 1, fmt="json")[0], sample(7, 2, fmt="json")[0]],
+            T(7, 2) + 250,
+        ),
+        landed(
+            B,
+            [
+                sample(7, 3)[0],
+                sample(7, 4, temperature=20000)[0],
+                b"\x02abc",
+                records.encode_binary("sample", 7, 5, FUTURE, [(1, 2000)]),
+            ],
+            T(7, 3) + 100,
+        ),
+        landed("mqbatch/dev-c/status", [sample(1, 0)[0]], T(7, 3) + 200),
+        landed(B, [], T(7, 3) + 300, props=[("batch-format", "v1")], payload=codec.encode_payload([sample(7, 6)[0]])),
+        landed(B, [sample(7, 20)[0]], T(7, 20) + 700),
+    ]
+    return file1, file2
+
+
+def _latency(values):
+    a = np.array(values, dtype=float)
+    return {
+        "n": len(values),
+        **{k: round(float(np.percentile(a, q)), 3) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))},
+    }
+
+
+def _iso(ms):
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def expected_report(partial: bool, reorder_window: int = 3) -> dict:
+    a_lat = [2500, 1500, 500, 1500, 500, 3000, 2000, 1000] + ([1500, 500] if partial else []) + [2500, 1500, 500]
+    return {
+        "options": {
+            "partial": partial,
+            "max_batch_size": 100,
+            "max_payload_bytes": 65536,
+            "allow_empty": True,
+            "reorder_window": reorder_window,
+            "max_future_s": 86400,
+            "watermark": "1 hour",
+        },
+        "landed": 12,
+        "received_at": {"min": _iso(T(1, 2) + 500), "max": _iso(T(7, 20) + 700)},
+        "batches": {"ok": 10, "discarded": 1, "partial": 1} if partial else {"ok": 10, "discarded": 2},
+        "records": {"received": 20 if partial else 18, "unique": 18 if partial else 16, "duplicates": 2},
+        "quarantine": {
+            "rows": 6,
+            "by_reason": {
+                "MALFORMED_BATCH_COUNT_MISMATCH": 1,
+                "MALFORMED_BATCH_MISSING_PROPERTY": 1,
+                "RECORD_TIME_IN_FUTURE": 1,
+                "RECORD_VALUE_OUT_OF_RANGE": 1,
+                "TOPIC_NOT_TELEMETRY": 1,
+                "UNKNOWN_RECORD_VERSION": 1,
+            },
+            "by_stage": {"batch": 2, "record": 3, "topic": 1},
+            "files": 0,
+            "files_by_reason": {},
+        },
+        "quarantined_files": [],
+        "devices": {
+            "dev-a": {
+                "boots": 2,
+                "received": 15 if partial else 13,
+                "unique": 13 if partial else 11,
+                "duplicates": 2,
+                "missing": 2 if partial else 1,
+                "pending_gaps": 0 if partial else 1,
+                "out_of_order": 1,
+                "dropped_on_device": 3,
+                "quarantined": 1,
+                "latency_ms": _latency(a_lat),
+            },
+            "dev-b": {
+                "boots": 1,
+                "received": 5,
+                "unique": 5,
+                "duplicates": 0,
+                "missing": 14,
+                "pending_gaps": 2,
+                "out_of_order": 0,
+                "dropped_on_device": 0,
+                "quarantined": 4,
+                "latency_ms": _latency([1250, 250, 100, 700]),
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scenario")
+    file1, file2 = scenario_files()
+    write_landing(d, "r1", 0, file1)
+    write_landing(d, "r1", 1, file2)
+    return d
+
+
+@pytest.fixture(scope="module")
+def batch_default(job, spark, scenario, tmp_path_factory):
+    """The batch job over the scenario with default options, run once for several tests."""
+    out = tmp_path_factory.mktemp("batch-default")
+    started = time.monotonic()
+    report = job.run_batch(spark, str(scenario), str(out), job.JobOptions(reorder_window=3))
+    print(f"batch job on the scenario landing zone: {time.monotonic() - started:.1f} s")
+    return out, report
+
+
+def _read(spark, path, *order):
+    return [r.asDict(recursive=True) for r in spark.read.parquet(str(path)).orderBy(*order).collect()]
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["default", "partial"])
+def test_scenario_records_quarantine_and_report_are_exact(job, spark, scenario, tmp_path, partial, request):
+    if partial:
+        report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(partial=True, reorder_window=3))
+    else:
+        tmp_path, report = request.getfixturevalue("batch_default")
+    assert report == expected_report(partial)
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+
+    recs = _read(spark, tmp_path / "records", "device", "boot", "seq")
+    a1 = [0, 1, 2, 3, 4, 5, 8, 9] + ([10, 11] if partial else [])
+    assert [(r["device"], r["boot"], r["seq"]) for r in recs] == (
+        [("dev-a", 1, s) for s in a1]
+        + [("dev-a", 2, s) for s in (0, 1, 2)]
+        + [("dev-b", 7, s) for s in (0, 1, 2, 3, 20)]
+    )
+    first = recs[0]
+    assert first["kind"] == "sample" and first["synced"] and first["record_format"] == "binary"
+    assert first["device_time"] == dt.datetime.fromtimestamp(T(1, 0) / 1000, dt.timezone.utc).replace(tzinfo=None)
+    assert first["latency_ms"] == 2500.0 and first["sub_index"] == 0 and first["topic"] == A
+    assert first["readings"] == [
+        {"channel": 1, "name": "temperature", "value": 2150, "scaled": 21.5},
+        {"channel": 3, "name": "supply_voltage", "value": 3300, "scaled": 3.3},
+    ]
+    seq3 = next(r for r in recs if (r["device"], r["boot"], r["seq"]) == ("dev-a", 1, 3))
+    assert seq3["latency_ms"] == 3000.0 and seq3["offset"] == 2
+    seq4 = next(r for r in recs if (r["device"], r["boot"], r["seq"]) == ("dev-a", 1, 4))
+    assert seq4["offset"] == 1  # the first arrival is kept, not the redelivered copy (offset 3)
+    json_rec = next(r for r in recs if r["device"] == "dev-b" and r["seq"] == 1)
+    assert json_rec["record_format"] == "json"
+    health_rec = next(r for r in recs if (r["device"], r["boot"], r["seq"]) == ("dev-a", 1, 9))
+    assert (
+        health_rec["kind"] == "health"
+        and {"channel": 130, "name": "dropped_total", "value": 2, "scaled": 2.0} in health_rec["readings"]
+    )
+
+    quarantine = _read(spark, tmp_path / "quarantine", "segment", "offset", "sub_index")
+    got = [
+        (q["segment"], q["offset"], q["stage"], q["reason"], q["device"], q["sub_index"], q["batch_status"])
+        for q in quarantine
+    ]
+    assert got == [
+        (0, 5, "batch", "MALFORMED_BATCH_COUNT_MISMATCH", "dev-a", None, "partial" if partial else "discarded"),
+        (1, 2, "record", "RECORD_VALUE_OUT_OF_RANGE", "dev-b", 1, "ok"),
+        (1, 2, "record", "UNKNOWN_RECORD_VERSION", "dev-b", 2, "ok"),
+        (1, 2, "record", "RECORD_TIME_IN_FUTURE", "dev-b", 3, "ok"),
+        (1, 3, "topic", "TOPIC_NOT_TELEMETRY", None, None, "ok"),
+        (1, 4, "batch", "MALFORMED_BATCH_MISSING_PROPERTY", "dev-b", None, "discarded"),
+    ]
+    file1, file2 = scenario_files()
+    for q in quarantine:  # the raw landed row is kept as it was
+        src = (file1, file2)[q["segment"]][q["offset"]]
+        assert bytes(q["payload"]) == src.payload and q["topic"] == src.topic
+        assert [(p["key"], p["value"]) for p in q["user_properties"]] == [tuple(p) for p in src.user_properties]
+        assert q["detail"]
+    assert bytes(quarantine[2]["sub_payload"]) == b"\x02abc"
+    assert "temperature = 20000 is outside -5000..15000" in quarantine[1]["detail"]
+
+
+def test_batch_rerun_is_idempotent(job, spark, scenario, batch_default):
+    tmp_path, _ = batch_default
+    opts = job.JobOptions(reorder_window=3)
+    first = (
+        (tmp_path / "report.json").read_bytes(),
+        _read(spark, tmp_path / "records", "device", "boot", "seq"),
+        _read(spark, tmp_path / "quarantine", "segment", "offset", "sub_index"),
+    )
+    job.run_batch(spark, str(scenario), str(tmp_path), opts)
+    second = (
+        (tmp_path / "report.json").read_bytes(),
+        _read(spark, tmp_path / "records", "device", "boot", "seq"),
+        _read(spark, tmp_path / "quarantine", "segment", "offset", "sub_index"),
+    )
+    assert first[0] == second[0]  # byte for byte
+    assert first[1] == second[1] and len(second[1]) == 16  # overwritten, not appended
+    assert first[2] == second[2] and len(second[2]) == 6
+
+
+def test_batch_drops_later_copies_without_the_broadcast_hint_too(
+    job, spark, scenario, batch_default, tmp_path, monkeypatch
+):
+    """Later copies of a record are dropped by row id with a broadcast anti-join when few
+    (batch_default) and as Spark chooses beyond pipeline.BROADCAST_DUPLICATES: same output;
+    the staged decoded rows are removed either way."""
+    from mqbatch.spark import pipeline
+
+    monkeypatch.setattr(pipeline, "BROADCAST_DUPLICATES", 0)
+    seconds: dict = {}
+    report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(reorder_window=3), seconds)
+    assert report == expected_report(False)
+    batch_out, _ = batch_default
+    for out in (tmp_path, batch_out):
+        assert sorted(p.name for p in out.iterdir()) == ["quarantine", "records", "report.json"]
+    assert _read(spark, tmp_path / "records", "device", "boot", "seq") == _read(
+        spark, batch_out / "records", "device", "boot", "seq"
+    )
+    assert set(seconds) == {
+        "files.scan",
+        "decode (to staging)",
+        "deduplicate (keys)",
+        "write records/",
+        "write quarantine/",
+        "build_report",
+    }
+
+
+def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
+    landing_dir, out = tmp_path / "landing", tmp_path / "out"
+    landing_dir.mkdir()
+    opts = job.JobOptions(reorder_window=3)
+    shutil.copy(scenario / "landing-r1-00000000.parquet", landing_dir)
+    job.run_stream(spark, str(landing_dir), str(out), opts)
+    keys = [(r["device"], r["boot"], r["seq"]) for r in _read(spark, out / "records", "device", "boot", "seq")]
+    assert keys == [("dev-a", 1, s) for s in (0, 1, 2, 3, 4, 5, 8, 9)]  # the redelivered copy dropped
+
+    # the recorder renames complete files into place; a rerun picks up only the new one
+    (landing_dir / ".landing-r1-00000001.parquet.tmp").write_bytes(
+        (scenario / "landing-r1-00000001.parquet").read_bytes()
+    )
+    os.replace(landing_dir / ".landing-r1-00000001.parquet.tmp", landing_dir / "landing-r1-00000001.parquet")
+    started = time.monotonic()
+    report = job.run_stream(spark, str(landing_dir), str(out), opts)
+    print(f"stream run over one new landing file: {time.monotonic() - started:.1f} s")
+    job.run_stream(spark, str(landing_dir), str(out), opts)  # nothing new: nothing written twice
+
+    batch_out, batch_report = batch_default  # the same two files, read by the batch job
+    assert report == batch_report == expected_report(False)
+    cols = ["device", "boot", "seq", "batch_id", "sub_index", "received_at", "readings"]
+    stream_recs = [{k: r[k] for k in cols} for r in _read(spark, out / "records", "device", "boot", "seq")]
+    batch_recs = [{k: r[k] for k in cols} for r in _read(spark, batch_out / "records", "device", "boot", "seq")]
+    assert stream_recs == batch_recs and len(stream_recs) == 16
+    q_cols = ["segment", "offset", "sub_index", "reason", "payload"]
+    assert [{k: q[k] for k in q_cols} for q in _read(spark, out / "quarantine", *q_cols[:3])] == [
+        {k: q[k] for k in q_cols} for q in _read(spark, batch_out / "quarantine", *q_cols[:3])
+    ]
+
+
+def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):
+    """Landing files written by other tools may hold nulls where the recorder never does."""
+    hostile = [
+        {"topic": None, "user_properties": None, "payload": None, "received_at_us": None},
+        {
+            "topic": "mqbatch/d/telemetry",
+            "user_properties": [None, {"key": None, "value": "1"}],
+            "payload": b"\x01x",
+            "received_at_us": None,
+        },
+        {
+            "topic": "mqbatch/d/telemetry",
+            "user_properties": [{"key": "batch-format", "value": "v1"}, {"key": "batch-size", "value": "1"}],
+            "payload": codec.encode_payload([records.encode_binary("sample", 1, 1, T0_MS, [(1, 1)])]),
+            "received_at_us": None,
+        },
+    ]
+    got = [[(r.get("stage"), r.get("reason")) for r in job.decode_landed_row(row, job.JobOptions())] for row in hostile]
+    assert got == [
+        [("batch", "MALFORMED_BATCH_MISSING_PROPERTY")],
+        [("batch", "MALFORMED_BATCH_MISSING_PROPERTY")],
+        [(None, None)],
+    ]
+
+
+def test_landing_files_with_only_the_contract_columns(job, spark, tmp_path):
+    """The nine contract columns are enough (another writer may omit the recorder's extras)."""
+    from mqbatch.ingest import landing
+
+    rows = [
+        landed(A, [sample(1, s)[0] for s in range(3)], T(1, 2) + 500),
+        landed(A, [sample(1, 2)[0], sample(1, 3)[0]], T(1, 3) + 500),
+    ]
+    table = landing.to_table(rows, "x", 0).select(landing.SCHEMA.names[:9])
+    (tmp_path / "landing").mkdir()
+    landing.write_parquet_atomic(table, tmp_path / "landing", "foreign.parquet")
+    report = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), job.JobOptions(reorder_window=0))
+    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1}
+    assert report["devices"]["dev-a"]["out_of_order"] == 0 and report["devices"]["dev-a"]["missing"] == 0
+
+
+def test_bad_landing_path_is_a_clear_error(job, spark, tmp_path):
+    with pytest.raises(SystemExit, match="is not a directory"):
+        job.run_batch(spark, str(tmp_path / "missing"), str(tmp_path / "out"), job.JobOptions())
+
+
+def test_mqbatch_spark_runs_the_job_with_spark_submit(scenario, tmp_path, job, spark):
+    """The CLI path: zip of mqbatch shipped with --py-files, spark-submit from the venv (own JVM)."""
+    # no help from the test process: the command sets up the workers' Python and --py-files itself
+    clean_env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    }
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "spark",
+            "--landing",
+            str(scenario),
+            "--out",
+            str(tmp_path),
+            "--reorder-window",
+            "3",
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env,
+    )
+    print(f"mqbatch spark (spark-submit, new JVM): {time.monotonic() - started:.1f} s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout
+    assert json.loads((tmp_path / "report.json").read_text()) == expected_report(False)
+    dry = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "spark",
+            "--landing",
+            "L",
+            "--out",
+            "O",
+            "--print-command",
+            "--master",
+            "spark://head:7077",
+            "--pyfiles-zip",
+            str(tmp_path / "mqbatch.zip"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "--master spark://head:7077" in dry.stdout and f"--py-files {tmp_path / 'mqbatch.zip'} " in dry.stdout
+    with zipfile.ZipFile(tmp_path / "mqbatch.zip") as z:  # what a cluster's workers import
+        assert {"mqbatch/__init__.py", "mqbatch/wire/codec.py", "mqbatch/wire/records.py"} <= set(z.namelist())
+    assert "telemetry_job.py --landing L --out O" in dry.stdout
+
+
+def _boot_quality_by_hand(rows, window):
+    """Per (device, boot): the report's boot figures computed row by row, in arrival order."""
+    out = {}
+    for device, boot in {(r[0], r[1]) for r in rows}:
+        mine = sorted((r for r in rows if (r[0], r[1]) == (device, boot)), key=lambda r: r[3:])
+        highest, late = -1, 0
+        for r in mine:
+            late += r[2] < highest
+            highest = max(highest, r[2])
+        seqs = sorted(r[2] for r in mine)
+        limit = seqs[-1] - window
+        missing = sum(1 for s in range(0, limit + 1) if s not in set(seqs))
+        out[(device, boot)] = (len(seqs), late, missing, seqs[-1] + 1 - len(seqs) - missing, seqs[-1])
+    return out
+
+
+def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
+    """out_of_order, missing, pending of boot_quality (no window over a whole boot: counted
+    streaming and from aggregates) equal a row-by-row count, boots split over partitions
+    and Arrow batches."""
+    from mqbatch.spark import JobOptions, pipeline
+
+    rng = np.random.default_rng(20261125)
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    rows = []
+    for d in range(4):
+        for boot in range(2):
+            n = int(rng.integers(1, 3000))
+            for seq in rng.choice(n + int(rng.integers(0, 300)), size=n, replace=False):
+                rows.append(
+                    (
+                        f"dev-{d}",
+                        boot,
+                        int(seq),
+                        t0 + dt.timedelta(microseconds=int(rng.integers(0, 10**9))),
+                        "r1",
+                        0,
+                        len(rows),
+                        0,
+                    )
+                )
+    df = spark.createDataFrame(
+        rows,
+        "device string, boot bigint, seq bigint, received_at timestamp, recorder string, "
+        "segment bigint, offset bigint, sub_index int",
+    ).repartition(3)
+    df = df.withColumn("dropped_total", df["seq"] * 0)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    try:
+        for window in (0, 10, 100):
+            got = {
+                (r.device, r.boot): (r.unique, r.out_of_order, r.missing, r.pending, r.max_seq)
+                for r in pipeline.boot_quality(df, JobOptions(reorder_window=window)).collect()
+            }
+            assert got == _boot_quality_by_hand(rows, window)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sum(v[1] for v in got.values()) > 1000  # out of order in earnest
