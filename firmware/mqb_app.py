@@ -18,20 +18,19 @@
 # mqb_config (configuration), mqb_flush (sampling and flush), mqb_net (the
 # network session), this one (the state, the main loop); e2e acks are mqb_e2e's.
 import gc
-import json
 import time
 from array import array
-from micropython import const
 
 import mqb_board as board
-import mqb_packet as P
+import mqb_packet_build as B
 import mqb_record as R
 from mqb_boot import BootCounter
 from mqb_client import Client
 from mqb_codec import BatchEncoder
-from mqb_flush import Sampling, log
+import mqb_flush as F
 from mqb_net import Session
 from mqb_outbox import Outbox
+from mqb_transport import TransportError
 
 # RAM: every public global of a module costs heap on a board even when its code
 # runs from flash (a dict entry, its name); constants are private const() values
@@ -79,9 +78,22 @@ _QOS_CFG = const(0)
 _QOS_PUB = const(1)
 _QOS_MIN = const(2)
 
+# Indexes of App.ms (durations, ms) and App.at (times, ticks_ms)
+_AT_SAMPLE = const(0)
+_AT_HEALTH = const(1)
+_AT_BATCH = const(2)
+_AT_CONNECT = const(3)
+_AT_HOLD = const(4)
+_AT_CONNECTED = const(5)
+_MS_PERIOD = const(0)
+_MS_HEALTH = const(1)
+_MS_MAX_AGE = const(2)
+_MS_BACKOFF = const(3)
+_MS_BACKOFF_MAX = const(4)
+_N_AT = const(6)
 
 
-class App(Session, Sampling):
+class App(Session, F.Sampling):
     """The application state. run() is the main loop; step() one iteration (tests)."""
 
     def __init__(self, cfg, flash=None, buffers=None, ssl_context=None):
@@ -97,34 +109,32 @@ class App(Session, Sampling):
         # attribute can make the instance dict grow by ~1 KB.
         self.qos = bytearray((cfg["qos"], cfg["qos"], cfg["min_qos"]))
         fl = cfg["flush"]
-        self.max_age_ms = fl["max_age_ms"]
         headroom = 64 + len(self.topic)
         max_bytes = fl["max_bytes"]
-        import mqb_config              # start-up only: unloaded at the end of __init__
-        key = mqb_config.hmac_key(cfg)
         self.mac = None
         extra = 0
-        if key is not None:
+        if cfg["hmac_key"] is not None:     # hex, checked by make_config (mqb_config.hmac_key)
             # every batch PUBLISH carries batch-hmac (docs/format.md): 79 more header bytes
+            from binascii import unhexlify
             from mqb_hmac import BatchMac   # imported only when used: a module costs heap on a board
-            self.mac = BatchMac(key)
-            extra = P.BATCH_MAC_PROPERTY_LEN
+            self.mac = BatchMac(unhexlify(cfg["hmac_key"]))
+            extra = B.BATCH_MAC_PROPERTY_LEN
         e2e = cfg.get("e2e_ack")
         if e2e is not None:
             extra += _BATCH_SEQ_ROOM        # the batch-seq property at its largest (docs/e2e-ack.md)
         headroom += extra
         if extra and buffers is not None and min(len(b) for b in buffers) - headroom < max_bytes:
             max_bytes = min(len(b) for b in buffers) - headroom
-            log("flush.max_bytes %d lowered to %d: the batch-hmac / batch-seq properties take %d bytes of the "
+            F.log("flush.max_bytes %d lowered to %d: the batch-hmac / batch-seq properties take %d bytes of the "
                 "batch buffers" % (fl["max_bytes"], max_bytes, extra))
-        P.batch_mac = self.mac.hex if self.mac is not None else None
+        B.batch_mac = self.mac.hex if self.mac is not None else None
         # two buffers: one fills with samples while the other sends a stored batch
         need = headroom + max_bytes
         if buffers is None:
             buffers = (bytearray(need), bytearray(need))
         for b in buffers:
             if len(b) < need:
-                raise mqb_config.ConfigError("batch buffer of %d bytes < %d needed (flush.max_bytes %d + %d header room)"
+                raise ValueError("batch buffer of %d bytes < %d needed (flush.max_bytes %d + %d header room)"
                                   % (len(b), need, max_bytes, headroom))
         self.enc = BatchEncoder(buffers[0], headroom, fl["max_count"], max_bytes)
         self.out = BatchEncoder(buffers[1], headroom, fl["max_count"], max_bytes)
@@ -137,7 +147,7 @@ class App(Session, Sampling):
         self.outbox = Outbox(self.flash + "/outbox", ob["segment_bytes"], ob["segments"], ob["max_entries"],
                              ob["policy"])
         if self.outbox.max_payload < max_bytes:
-            raise mqb_config.ConfigError("outbox.segment_bytes %d holds batches of up to %d bytes, less than flush.max_bytes %d"
+            raise ValueError("outbox.segment_bytes %d holds batches of up to %d bytes, less than flush.max_bytes %d"
                               % (ob["segment_bytes"], self.outbox.max_payload, max_bytes))
         self.writer = R.RecordWriter(self.enc, self.clock, self.boot, cfg["record_format"], self._renew_boot)
         self.channels = bytes(board.CHANNELS)
@@ -147,8 +157,13 @@ class App(Session, Sampling):
         # the config values used after start-up (the config dict itself is not kept)
         self.net_cfg = {"wifi": cfg["wifi"]} if "wifi" in cfg else {}    # board.network_connect()
         bo = cfg["backoff"]
-        self.backoff_ms = bo["initial_ms"]
-        self.backoff_max_ms = bo["max_ms"]
+        # the schedule: durations (ms) and times (ticks_ms), two arrays indexed by the _MS_* and
+        # _AT_* constants, not eleven attributes: the instance dict stays at 37 slots (592 bytes;
+        # one more attribute and it grows to a 752-byte block, which a 64 KB heap may not have
+        # in one run after the imports)
+        self.ms = array("i", (max(1, int(1000 / cfg["sample_hz"])), int(cfg["health_every_s"] * 1000),
+                              fl["max_age_ms"], bo["initial_ms"], bo["max_ms"]))
+        self.at = array("i", bytes(4 * _N_AT))
         self.require_subscribers = cfg["require_subscribers"]
         self.run_for_s = cfg["run_for_s"]
         self.drain_timeout_s = cfg["drain_timeout_s"]
@@ -159,18 +174,12 @@ class App(Session, Sampling):
         self._ids = array("i", bytes(4))
         # schedule
         now = time.ticks_ms()
-        self.period_ms = max(1, int(1000 / cfg["sample_hz"]))
-        self.next_sample = now
-        self.next_health = now
-        self.health_ms = int(cfg["health_every_s"] * 1000)
-        self.batch_started = now
+        for i in range(_N_AT):
+            self.at[i] = now
         self.batch_first_seq = 0
         self.batch_reported = -1
-        self.next_connect = now
-        self.hold_until = now
         self.backoff_n = 0
         self.hold_n = 0            # refusals (0x10, transient codes) in a row
-        self.connected_at = now
         self._resend_pending = False
         self.cursor = -1           # highest outbox id sent on this connection
         self.sampling = True
@@ -179,21 +188,19 @@ class App(Session, Sampling):
         # _SAMPLED.. constants above (an attribute each would cost a dict slot each)
         self.count = array("i", bytes(4 * _N_COUNTS))
         self.wire_bytes = 0        # may pass 2**31 on a long run: not in the int32 array
-        P.batch_seq = None
+        B.batch_seq = None
         if e2e is not None:
             import mqb_e2e                  # imported only when used: a module costs heap on a board
             # the E2E registers itself as self.client.sub: the App keeps no attribute for it
             # (one more can grow the instance dict by ~1 KB in a 64 KB heap)
-            P.batch_seq = mqb_e2e.init(self.client, self.topic, e2e, self.outbox, self.count, log).seq
-        log("boot %d, device %s, outbox %d entries (%d records) pending" % (
+            B.batch_seq = mqb_e2e.init(self.client, self.topic, e2e, self.outbox, self.count, F.log).seq
+        F.log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
         for reason, first, end, n in self.outbox.damage:   # flash rot found on open (docs/outbox.md)
             if n < 0:
-                log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))
+                F.log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))
             else:
-                log("outbox entries %d..%d lost on flash (%s): %d records counted dropped" % (first, end - 1, reason, n))
-        import sys
-        sys.modules.pop("mqb_config", None)   # the config is made: give the module's heap back
+                F.log("outbox entries %d..%d lost on flash (%s): %d records counted dropped" % (first, end - 1, reason, n))
 
     def _make_client(self, cfg, ssl_context):
         from mqb_transport import Transport
@@ -203,7 +210,7 @@ class App(Session, Sampling):
                                    server_hostname=b["server_hostname"], plain_tcp=not b["tls"],
                                    timeout_ms=b["connect_timeout_ms"], ssl_context=ssl_context)
         status = cfg["status_topic"].format(device_id=cfg["device_id"])
-        will = P.Will(status, b"offline", qos=1, retain=True)
+        will = B.Will(status, b"offline", qos=1, retain=True)
         return Client(transport, cfg["device_id"], b["username"], b["password"], b["keepalive_s"],
                       b["session_expiry_s"], b["receive_max"], will=will, on_ack=self._on_ack,
                       timeout_ms=b["connect_timeout_ms"])
@@ -219,23 +226,23 @@ class App(Session, Sampling):
         now = time.ticks_ms()
         if self.sampling:
             if self.paused and not self._seal():
-                while time.ticks_diff(now, self.next_sample) >= 0:   # no room: samples not taken
+                while time.ticks_diff(now, self.at[_AT_SAMPLE]) >= 0:   # no room: samples not taken
                     self.count[_MISSED_SAMPLES] += 1
-                    self.next_sample = time.ticks_add(self.next_sample, self.period_ms)
-            while time.ticks_diff(now, self.next_sample) >= 0 and not self.paused:
+                    self.at[_AT_SAMPLE] = time.ticks_add(self.at[_AT_SAMPLE], self.ms[_MS_PERIOD])
+            while time.ticks_diff(now, self.at[_AT_SAMPLE]) >= 0 and not self.paused:
                 self._sample()
-                self.next_sample = time.ticks_add(self.next_sample, self.period_ms)
-            if self.health_ms and time.ticks_diff(now, self.next_health) >= 0 and not self.paused:
+                self.at[_AT_SAMPLE] = time.ticks_add(self.at[_AT_SAMPLE], self.ms[_MS_PERIOD])
+            if self.ms[_MS_HEALTH] and time.ticks_diff(now, self.at[_AT_HEALTH]) >= 0 and not self.paused:
                 self._health()
-                self.next_health = time.ticks_add(self.next_health, self.health_ms)
-            if self.enc.count and time.ticks_diff(now, self.batch_started) >= self.max_age_ms:
+                self.at[_AT_HEALTH] = time.ticks_add(self.at[_AT_HEALTH], self.ms[_MS_HEALTH])
+            if self.enc.count and time.ticks_diff(now, self.at[_AT_BATCH]) >= self.ms[_MS_MAX_AGE]:
                 self._seal()
         self._network(now)
         used = gc.mem_alloc()
         if used > self.count[_PEAK_HEAP]:
             self.count[_PEAK_HEAP] = used
         # sleep until the next sample is due, waking early for broker data
-        wait = time.ticks_diff(self.next_sample, time.ticks_ms()) if self.sampling else 20
+        wait = time.ticks_diff(self.at[_AT_SAMPLE], time.ticks_ms()) if self.sampling else 20
         if wait > 0:
             if self.client.connected:
                 self.client.transport.wait(min(wait, 50))
@@ -245,7 +252,7 @@ class App(Session, Sampling):
     def stop_sampling(self):
         """Stop sampling and store the open batch (the run is ending)."""
         if self.sampling:
-            if self.health_ms:
+            if self.ms[_MS_HEALTH]:
                 self._health()
             self.sampling = False
             self._seal()
@@ -265,7 +272,7 @@ class App(Session, Sampling):
                         time.ticks_diff(time.ticks_ms(), start) >= run_for_s * 1000:
                     self.stop_sampling()
                     drain_start = time.ticks_ms()
-                    log("sampling stopped after %d s; draining the outbox" % run_for_s)
+                    F.log("sampling stopped after %d s; draining the outbox" % run_for_s)
                 if not self.sampling:
                     if self.idle() or time.ticks_diff(time.ticks_ms(), drain_start) >= drain_s * 1000:
                         break
@@ -275,14 +282,15 @@ class App(Session, Sampling):
                 try:
                     self.client.disconnect()
                 except TransportError as e:
-                    log("disconnect: %s" % e)
+                    F.log("disconnect: %s" % e)
             self.outbox.close()
             # the summary is the last thing a run allocates: collect first, and let
             # json.dump write it piece by piece (no one string of the whole line)
             gc.collect()
             print("MQB-SUMMARY ", end="")
-            from sys import stdout     # not a module global (heap)
-            json.dump(self.summary(), stdout)
+            from json import dump      # not module globals (heap)
+            from sys import stdout
+            dump(self.summary(), stdout)
             print()
 
     def summary(self):
@@ -306,10 +314,14 @@ class App(Session, Sampling):
 def main(cfg=None, buffers=None, ssl_context=None):
     """Run the application: cfg is the parsed config.json (read here if None);
     buffers and ssl_context as for App (main.py)."""
+    import sys
     import mqb_config
     cfg = mqb_config.make_config(cfg) if cfg is not None else mqb_config.load_config()
-    del mqb_config                     # App() unloads it once the config is made
+    # start-up only: unloaded before App() allocates (its ~2 KB are then free for App)
+    del mqb_config
+    sys.modules.pop("mqb_config", None)
     app = App(cfg, buffers=buffers, ssl_context=ssl_context)
+    del cfg          # App() keeps the values it uses: the config dict may not stay (~1 KB)
     app.run()
     if not app.idle():
         # a finite run (run_for_s) ended with batches not delivered: say so in the exit status

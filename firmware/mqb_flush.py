@@ -4,12 +4,10 @@
 # buffer (split again if it is larger than this connection allows).
 import gc
 import time
-from micropython import const
 
 import mqb_board as board
 from mqb_codec import FULL, BatchEncoder, vbi_read, vbi_size
-from mqb_outbox import CORRUPT, TOO_SMALL, UNKNOWN
-from mqb_outbox import FULL as OUTBOX_FULL
+import mqb_outbox as O   # its results (one global: each name costs heap)
 
 # (private const() copies of mqb_app's: folded into the bytecode, no global)
 _HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86")
@@ -19,6 +17,7 @@ _STORED_BATCHES = const(2)
 _RECONNECTS = const(7)
 _LAST_ERROR = const(9)
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
+_AT_BATCH = const(2)
 
 
 class Sampling:
@@ -66,7 +65,7 @@ class Sampling:
     def _added(self, seq):
         enc = self.enc
         if enc.count == 1:
-            self.batch_started = time.ticks_ms()
+            self.at[_AT_BATCH] = time.ticks_ms()
             self.batch_first_seq = seq
         # seal as soon as the next record could not fit
         if enc.count >= enc.max_count or enc.limit - enc.payload_len < self.record_size + 2:
@@ -80,7 +79,7 @@ class Sampling:
         last = self.writer.seq - 1
         eid = self.outbox.append(enc.payload(), enc.count, self.writer.boot, self.batch_first_seq, last,
                                  self.batch_reported)
-        if eid == OUTBOX_FULL:
+        if eid == O.FULL:
             if not self.paused:
                 log("outbox full (policy stop): sampling paused")
             self.paused = True
@@ -99,12 +98,12 @@ class Sampling:
         """Read a stored batch into the send buffer; its length, or < 0 if it cannot be
         sent now (gone, corrupt, or re-stored in smaller batches)."""
         n = self.outbox.read(eid, self.out_view)
-        if n == CORRUPT:
+        if n == O.CORRUPT:
             log("outbox entry %d failed its CRC: discarded, records counted dropped" % eid)
             return n
-        if n == UNKNOWN:
+        if n == O.UNKNOWN:
             return n
-        if n == TOO_SMALL:
+        if n == O.TOO_SMALL:
             # stored with a larger flush.max_bytes than this boot's: read it into a
             # scratch buffer and store it again in batches that fit
             h = self.out.headroom
@@ -113,7 +112,7 @@ class Sampling:
             except MemoryError:
                 log("outbox entry %d is larger than the send buffer and no scratch buffer fits in RAM: "
                     "kept, tried again on the next connection" % eid)
-                return TOO_SMALL
+                return O.TOO_SMALL
             return self._split(eid, self.outbox.read(eid, memoryview(scratch)[h:]), scratch)
         if n > self.out.limit:
             return self._split(eid, n, self.out.buf)
@@ -134,26 +133,26 @@ class Sampling:
             part = BatchEncoder(bytearray(h + limit), h, self.out.max_count, limit)
         except MemoryError:
             log("outbox entry %d (%d bytes) needs splitting but no buffer fits in RAM: kept" % (eid, n))
-            return TOO_SMALL
+            return O.TOO_SMALL
         pos, end = h, h + n
         while pos < end:
             k = vbi_read(buf, pos, end)
             if k < 0:
                 ob.discard(eid)      # the entry passed its CRC, so this cannot happen unless RAM is corrupt
                 log("outbox entry %d holds a malformed batch: discarded, records counted dropped" % eid)
-                return CORRUPT
+                return O.CORRUPT
             start = pos + vbi_size(k)
             if not part.add(memoryview(buf)[start:start + k]):
                 if ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
                     log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
-                    return TOO_SMALL
+                    return O.TOO_SMALL
                 seq += part.count
                 part.reset()
                 part.add(memoryview(buf)[start:start + k])
             pos = start + k
         if part.count and ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
             log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
-            return TOO_SMALL
+            return O.TOO_SMALL
         ob.ack(eid)
         log("outbox entry %d (%d bytes) exceeded this connection's limit (%d): re-stored in smaller batches"
             % (eid, n, limit))

@@ -4,7 +4,6 @@
 # PUBACKs and refusals, keep alive. The MQTT itself is mqb_client's.
 import os
 import time
-from micropython import const
 
 import mqb_board as board
 import mqb_packet as P
@@ -35,18 +34,23 @@ _QOS0_PING = const(16)         # QoS 0: number of the PINGREQ whose PINGRESP con
 _QOS_CFG = const(0)
 _QOS_PUB = const(1)
 _QOS_MIN = const(2)
+_AT_CONNECT = const(3)
+_AT_HOLD = const(4)
+_AT_CONNECTED = const(5)
+_MS_BACKOFF = const(3)
+_MS_BACKOFF_MAX = const(4)
 
 
 class Session:
     """The App's network methods (mqb_app.App inherits them)."""
 
     def _backoff(self, now):
-        delay = self.backoff_ms << min(self.backoff_n, 16)
-        if delay > self.backoff_max_ms:
-            delay = self.backoff_max_ms
+        delay = self.ms[_MS_BACKOFF] << min(self.backoff_n, 16)
+        if delay > self.ms[_MS_BACKOFF_MAX]:
+            delay = self.ms[_MS_BACKOFF_MAX]
         delay = delay // 2 + (int.from_bytes(os.urandom(2), "little") * (delay // 2)) // 65536  # jitter
         self.backoff_n += 1
-        self.next_connect = time.ticks_add(now, delay)
+        self.at[_AT_CONNECT] = time.ticks_add(now, delay)
         return delay
 
     def _connect(self, now):
@@ -82,7 +86,7 @@ class Session:
             if self.count[_CONNECTS]:
                 self.count[_RECONNECTS] += 1
             self.count[_CONNECTS] += 1
-            self.connected_at = now
+            self.at[_AT_CONNECTED] = now
             self.cursor = -1
             # batches must fit the broker's Maximum Packet Size from now on (MQTTError
             # if its limit leaves no room for a batch at all)
@@ -115,7 +119,7 @@ class Session:
                         w.retain = False
                         log("broker refused a retained Will (CONNACK 0x9A Retain not supported): "
                             "the Will is now sent unretained")
-                    self.next_connect = now
+                    self.at[_AT_CONNECT] = now
                     log("link: %s; reconnecting now" % e)
                     return
                 if e.local and e.code == P.QOS_NOT_SUPPORTED:
@@ -125,7 +129,7 @@ class Session:
             self.count[_LAST_ERROR] = -abs(code) if isinstance(code, int) and code else -1
         if self.client.connected:
             self.client.drop()
-        if self.backoff_n and time.ticks_diff(now, self.connected_at) > 30000:
+        if self.backoff_n and time.ticks_diff(now, self.at[_AT_CONNECTED]) > 30000:
             self.backoff_n = 0       # the link had been up a while: start the backoff again
         log("link: %s; retry in %d ms" % (e, self._backoff(now)))
 
@@ -154,10 +158,10 @@ class Session:
         # (no new locals here and in _drain / _on_ack: a larger frame is allocated on the heap
         # per call in MicroPython, which splits the free runs a 64 KB heap needs)
         c = self.client
-        if self.mac is not None:       # batch-hmac: P.batch_mac is self.mac.hex
+        if self.mac is not None:       # batch-hmac: mqb_packet_build.batch_mac is self.mac.hex
             out = self.out
             self.mac.sign(self.topic, out.count, memoryview(out.buf)[out.headroom:out.end])
-        if c.sub is not None:          # e2e acks (mqb_e2e.E2E): batch-seq, P.batch_seq is c.sub.seq
+        if c.sub is not None:          # e2e acks (mqb_e2e.E2E): batch-seq, mqb_packet_build.batch_seq is c.sub.seq
             out = self.outbox
             c.sub.seq.set(out.entry_boot, out.entry_first_seq, out.entry_last_seq)
         pid = c.publish_batch(self.out, self.topic, self.qos[_QOS_PUB], resend_pid=resend_pid)
@@ -202,7 +206,7 @@ class Session:
             if not self._resend():
                 return
             self._resend_pending = False
-        if time.ticks_diff(now, self.hold_until) < 0:
+        if time.ticks_diff(now, self.at[_AT_HOLD]) < 0:
             return
         qos0 = self.qos[_QOS_PUB] == 0
         if qos0 and self.count[_QOS0_PING]:
@@ -303,14 +307,14 @@ class Session:
         with each refusal in a row (up to backoff.max_ms): a broker that keeps answering
         0x10 or 0x97 is not flooded with resends."""
         self.cursor = -1
-        delay = self.backoff_ms << min(self.hold_n, 16)
-        self.hold_until = time.ticks_add(time.ticks_ms(), min(delay, self.backoff_max_ms))
+        delay = self.ms[_MS_BACKOFF] << min(self.hold_n, 16)
+        self.at[_AT_HOLD] = time.ticks_add(time.ticks_ms(), min(delay, self.ms[_MS_BACKOFF_MAX]))
         self.hold_n += 1
 
     def _network(self, now):
         c = self.client
         if not c.connected:
-            if time.ticks_diff(now, self.next_connect) >= 0:
+            if time.ticks_diff(now, self.at[_AT_CONNECT]) >= 0:
                 self._connect(now)
             return
         try:

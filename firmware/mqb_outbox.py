@@ -21,12 +21,9 @@
 # mqb_outbox_format's, and opening (rebuilding the index, recovering from
 # damage) is mqb_outbox_recover's, imported by the constructor only.
 import os
-import struct
 from array import array
-from micropython import const
-from mqb_boot import SlotCounter, crc32
-from mqb_outbox_format import (ENTRY_HEADER_SIZE, SEG_HEADER_SIZE, _OpenFile, _check_capacity, _fix, _mkdir, _remove, _u32,
-                               _write_seg_header)
+from mqb_boot import SlotCounter
+import mqb_outbox_format as F   # the on-flash format (one global: each name costs heap)
 
 # Results (entry ids are >= 0)
 OK = 0
@@ -38,10 +35,6 @@ TOO_SMALL = -4  # read: the entry is larger than the caller's buffer (its size: 
 DROP_OLDEST = "drop_oldest"
 STOP = "stop"
 
-_ACK_SIZE = const(4)
-_ENTRY_FMT = const("<IIIIIHHI")     # mqb_outbox_format: an entry header
-
-_ENOSPC = const(28)
 _FREE = const(0)
 _PENDING = const(1)
 _DONE = const(2)
@@ -60,25 +53,16 @@ class Outbox:
     """
 
     def __init__(self, root, segment_size=16384, max_segments=8, max_entries=32, policy=DROP_OLDEST):
-        if not SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 1 <= segment_size < (1 << 30):
-            raise ValueError("segment_size %d: must be %d..%d bytes" % (
-                segment_size, SEG_HEADER_SIZE + ENTRY_HEADER_SIZE + 1, (1 << 30) - 1))
-        if max_segments < 2:
-            raise ValueError("max_segments %d: at least 2 (one to fill while the oldest drains)" % max_segments)
-        if not 1 <= max_entries <= 0xFFFF:
-            raise ValueError("max_entries %d: must be 1..65535 per segment" % max_entries)
         if policy not in (DROP_OLDEST, STOP):
             raise ValueError("policy %r: must be %r or %r" % (policy, DROP_OLDEST, STOP))
         self.root = root
-        self.segment_size = segment_size
         self.max_segments = max_segments
         self.max_entries = max_entries
         self.policy = policy
-        self.max_payload = segment_size - SEG_HEADER_SIZE - ENTRY_HEADER_SIZE
-        _mkdir(root)
-        _check_capacity(root, max_segments, segment_size)
+        self.max_payload = segment_size - F.SEG_HEADER_SIZE - F.ENTRY_HEADER_SIZE
+        F._mkdir(root)
+        F._check_capacity(root, max_segments, segment_size, max_entries)   # ValueError: what and why
         cap = max_segments * max_entries
-        self._cap = cap
         # RAM index, a ring by entry id (id % cap): ids of live entries are consecutive
         # zero-filled from bytes: a [0] * cap list would take 8 B per slot on 64-bit ports
         self._off = array("i", bytes(4 * cap))    # file offset of the entry header
@@ -95,12 +79,10 @@ class Outbox:
         self._tail = 0
         self._nseg = 0
         self._sealed = True                   # the newest segment takes no more appends
-        self._hf = _OpenFile()                # the newest segment, "a+b"
-        self._rf = _OpenFile()                # reader of an older segment
-        self._af = _OpenFile()                # appender of an ack file
-        self._hdr = bytearray(ENTRY_HEADER_SIZE)
-        self._hdr28 = memoryview(self._hdr)[:28]
-        self._ackbuf = bytearray(_ACK_SIZE)
+        self._hf = F._OpenFile()                # the newest segment, "a+b"
+        self._rf = F._OpenFile()                # reader of an older segment
+        self._af = F._OpenFile()                # appender of an ack file
+        self._hdr = bytearray(F.ENTRY_HEADER_SIZE)
         self._next_id = 0
         self._next_sno = 0
         self.depth = 0              # pending entries
@@ -156,7 +138,7 @@ class Outbox:
         n = len(payload)
         if n > self.max_payload:
             raise ValueError("batch of %d bytes does not fit a %d-byte segment (max payload %d bytes)"
-                             % (n, self.segment_size, self.max_payload))
+                             % (n, self.max_payload + F.SEG_HEADER_SIZE + F.ENTRY_HEADER_SIZE, self.max_payload))
         if not 0 <= records <= 0xFFFF:
             raise ValueError("records %d: must be 0..65535" % records)
         if reported > self._dropped.value - self._base:
@@ -164,34 +146,26 @@ class Outbox:
                              % (reported, self._dropped.value - self._base))
         h = self._newest()
         if (self._sealed or self._sn[h] >= self.max_entries
-                or self._ssize[h] + ENTRY_HEADER_SIZE + n > self.segment_size):
+                or self._ssize[h] + n > self.max_payload + F.SEG_HEADER_SIZE):
             if self._roll() == FULL:
                 return FULL
             h = self._newest()
         eid = self._next_id
-        hdr = self._hdr
-        struct.pack_into(_ENTRY_FMT, hdr, 0, n, eid, boot, first_seq, last_seq, records, 0, crc32(payload))
-        struct.pack_into("<I", hdr, 28, crc32(self._hdr28))
         f = self._head_file()
         try:
-            ok = f.write(hdr) == ENTRY_HEADER_SIZE and f.write(payload) == n
-            if ok:
-                f.flush()
+            F._write_entry(f, self._hdr, payload, n, eid, boot, first_seq, last_seq, records)
         except OSError:
-            self._seal()  # what reached the file is unknown: never append behind it
+            self._seal()  # what reached the file is unknown (or the flash is full): never append behind it
             raise
-        if not ok:
-            self._seal()
-            raise OSError(_ENOSPC)
-        slot = eid % self._cap
+        slot = eid % len(self._state)
         self._off[slot] = self._ssize[h]
         self._cnt[slot] = records
         self._state[slot] = _PENDING
         self._sn[h] += 1
         self._spend[h] += 1
         self._srec[h] += records
-        self._ssize[h] += ENTRY_HEADER_SIZE + n
-        self.bytes_used += ENTRY_HEADER_SIZE + n
+        self._ssize[h] += F.ENTRY_HEADER_SIZE + n
+        self.bytes_used += F.ENTRY_HEADER_SIZE + n
         self.depth += 1
         self.pending_records += records
         self._next_id = eid + 1
@@ -214,7 +188,7 @@ class Outbox:
             if eid <= after:
                 eid = after + 1
             while eid < end and k < limit:
-                if self._state[eid % self._cap] == _PENDING:
+                if self._state[eid % len(self._state)] == _PENDING:
                     out[k] = eid
                     k += 1
                 eid += 1
@@ -224,7 +198,7 @@ class Outbox:
         """Records in a pending entry (for batch-size), or UNKNOWN."""
         if self._find(eid) < 0:
             return UNKNOWN
-        return self._cnt[eid % self._cap]
+        return self._cnt[eid % len(self._state)]
 
     def read(self, eid, dest, verify=True):
         """Read a pending entry's payload into dest[0:n] (bytearray or memoryview
@@ -238,25 +212,20 @@ class Outbox:
         if s < 0:
             return UNKNOWN
         f = self._reader(s)
-        f.seek(self._off[eid % self._cap])
         hdr = self._hdr
-        if (f.readinto(hdr) != ENTRY_HEADER_SIZE
-                or crc32(self._hdr28) != _u32(hdr, 28) and not _fix(hdr, 28)
-                or _u32(hdr, 4) != eid):
+        if F._header_at(hdr, f, self._off[eid % len(self._state)], 0, eid, 0, 0) < 0:   # checked, one flipped bit fixed
             return self._corrupt(s, eid)
-        n = _u32(hdr, 0)
+        n = F._u32(hdr, 0)
         if n > len(dest):
             self.entry_bytes = n
             return TOO_SMALL
         if f.readinto(dest, n) != n:
             return self._corrupt(s, eid)
-        if verify:
-            view = dest if len(dest) == n else memoryview(dest)[:n]
-            if crc32(view) != _u32(hdr, 24):
-                return self._corrupt(s, eid)
-        self.entry_boot = _u32(hdr, 8)
-        self.entry_first_seq = _u32(hdr, 12)
-        self.entry_last_seq = _u32(hdr, 16)
+        if verify and not F._crc(dest, n, hdr, 24, False):
+            return self._corrupt(s, eid)
+        self.entry_boot = F._u32(hdr, 8)
+        self.entry_first_seq = F._u32(hdr, 12)
+        self.entry_last_seq = F._u32(hdr, 16)
         self.entry_records = hdr[20] | hdr[21] << 8
         return n
 
@@ -297,12 +266,6 @@ class Outbox:
 
     # ---- segments ----------------------------------------------------------------
 
-    def _seg_path(self, sno):
-        return "%s/s%08x" % (self.root, sno)
-
-    def _ack_path(self, sno):
-        return "%s/a%08x" % (self.root, sno)
-
     def _newest(self):
         return (self._tail + self._nseg - 1) % self.max_segments
 
@@ -312,7 +275,7 @@ class Outbox:
             s = (self._tail + i) % self.max_segments
             first = self._sfirst[s]
             if first <= eid < first + self._sn[s]:
-                return s if self._state[eid % self._cap] == _PENDING else -1
+                return s if self._state[eid % len(self._state)] == _PENDING else -1
         return -1
 
     def _head_file(self):
@@ -320,7 +283,7 @@ class Outbox:
             sno = self._sno[self._newest()]
             if self._rf.sno == sno:
                 self._rf.close()
-            self._hf.open(self._seg_path(sno), "a+b", sno)
+            self._hf.open(F._seg_path(self.root, sno), "a+b", sno)
         return self._hf.f
 
     def _reader(self, s):
@@ -328,7 +291,7 @@ class Outbox:
             return self._head_file()   # one handle sees its own appends (littlefs)
         sno = self._sno[s]
         if self._rf.sno != sno:
-            self._rf.open(self._seg_path(sno), "rb", sno)
+            self._rf.open(F._seg_path(self.root, sno), "rb", sno)
         return self._rf.f
 
     def _seal(self):
@@ -346,29 +309,26 @@ class Outbox:
             self._delete_oldest()
         self._seal()
         sno = self._next_sno
-        path = self._seg_path(sno)
-        _remove(path)                  # nothing should be there; never append to a stranger
-        _remove(self._ack_path(sno))   # nor inherit its acks
+        path = F._seg_path(self.root, sno)
+        F._remove(path)                  # nothing should be there; never append to a stranger
+        F._remove(F._seg_path(self.root, sno, "a"))   # nor inherit its acks
         s = (self._tail + self._nseg) % self.max_segments
         self._sno[s] = sno
         self._sfirst[s] = self._next_id
         self._sn[s] = 0
         self._spend[s] = 0
         self._srec[s] = 0
-        self._ssize[s] = SEG_HEADER_SIZE
+        self._ssize[s] = F.SEG_HEADER_SIZE
         self._nseg += 1
         self._next_sno = sno + 1
         self._sealed = False
         f = self._head_file()
         try:
-            ok = _write_seg_header(f, self._hdr, sno, self._next_id)
+            F._write_seg_header(f, self._hdr, sno, self._next_id)
         except OSError:
             self._seal()
             raise
-        if not ok:
-            self._seal()
-            raise OSError(_ENOSPC)
-        self.bytes_used += SEG_HEADER_SIZE   # flushed together with the first entry
+        self.bytes_used += F.SEG_HEADER_SIZE   # flushed together with the first entry
         self._trim()
         return OK
 
@@ -381,8 +341,8 @@ class Outbox:
             self._af.close()
         if self._nseg == 1:
             self._seal()
-        os.remove(self._seg_path(sno))      # the segment first: an orphan ack file is harmless
-        _remove(self._ack_path(sno))
+        os.remove(F._seg_path(self.root, sno))      # the segment first: an orphan ack file is harmless
+        F._remove(F._seg_path(self.root, sno, "a"))
         self.depth -= self._spend[t]
         self.pending_records -= self._srec[t]
         self.bytes_used -= self._ssize[t]
@@ -397,7 +357,7 @@ class Outbox:
 
     def _discard(self, s, eid, dropped):
         """Make pending entry eid (in segment s) done: acked, or dropped (counted)."""
-        slot = eid % self._cap
+        slot = eid % len(self._state)
         cnt = self._cnt[slot]
         if dropped:
             self.count_dropped(cnt)   # counted before the entry goes
@@ -415,14 +375,11 @@ class Outbox:
     def _write_ack(self, s, eid):
         """Persist the ack record of entry eid in segment s."""
         sno = self._sno[s]
-        f = self._af.f if self._af.sno == sno else self._af.open(self._ack_path(sno), "ab", sno)
-        idx = eid - self._sfirst[s]
-        struct.pack_into("<HH", self._ackbuf, 0, idx, idx ^ 0xFFFF)
-        f.write(self._ackbuf)
-        f.flush()
+        f = self._af.f if self._af.sno == sno else self._af.open(F._seg_path(self.root, sno, "a"), "ab", sno)
+        F._write_ack(f, self._hdr, eid - self._sfirst[s])   # _hdr: scratch
 
     def _corrupt(self, s, eid):
-        self._damage("read", eid, eid + 1, self._cnt[eid % self._cap])
+        self._damage("read", eid, eid + 1, self._cnt[eid % len(self._state)])
         self._discard(s, eid, True)
         return CORRUPT
 

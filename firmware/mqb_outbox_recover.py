@@ -10,8 +10,7 @@
 # they use its index and its state changes (_discard, _write_ack, count_dropped,
 # _trim...), passed in as the object; nothing here imports mqb_outbox.
 import os
-from micropython import const
-from mqb_outbox_format import SEG_HEADER_SIZE, _remove, _scan, _seg_first
+from mqb_outbox_format import SEG_HEADER_SIZE, _remove, _scan, _seg_first, _seg_path
 
 _ACK_SIZE = const(4)
 # Outbox._state values (mqb_outbox)
@@ -48,7 +47,7 @@ def load(ob):
     unknown = -1   # segment number of an unreadable oldest segment whose ids cannot be known
     for sno in segs:
         ob._next_sno = max(ob._next_sno, sno + 1)
-        path = ob._seg_path(sno)
+        path = _seg_path(ob.root, sno)
         first = _seg_first(ob._hdr, path, sno)
         prev_end = -1
         lo = 0
@@ -57,7 +56,7 @@ def load(ob):
             nw = ob._newest()
             prev_end = ob._sfirst[nw] + ob._sn[nw]
             lo = ob._sfirst[ob._tail]
-            hi = lo + ob._cap
+            hi = lo + len(ob._state)
             if not lo <= first < hi:
                 first = -1            # a header that survived its CRC with a foreign id: use the entries'
         items = _scan(ob._hdr, path, first, lo, hi, scratch)
@@ -128,7 +127,7 @@ def load(ob):
                 if r[4] < 0:
                     r[4] = boot
                     r[5] = fseq
-            slot = eid % ob._cap
+            slot = eid % len(ob._state)
             ob._off[slot] = off
             ob._cnt[slot] = rec
             ob._state[slot] = _PENDING
@@ -169,14 +168,14 @@ def load(ob):
     for sno in acks:
         s = _seg_index(ob, sno)
         if s < 0:
-            _remove(ob._ack_path(sno))     # its segment is gone
+            _remove(_seg_path(ob.root, sno, "a"))     # its segment is gone
         else:
             _apply_acks(ob, s)
     _count_runs(ob, runs)
     for eid in damaged:   # not acked before: count once, persist as done
         s = ob._find(eid)
         if s >= 0:
-            ob._damage("payload", eid, eid + 1, ob._cnt[eid % ob._cap])
+            ob._damage("payload", eid, eid + 1, ob._cnt[eid % len(ob._state)])
             ob._discard(s, eid, True)
     ob._p = None
     ob._trim()
@@ -186,7 +185,7 @@ def _drop_newest(ob):
     """Forget the newest segment (it holds nothing) and delete its file."""
     s = ob._newest()
     ob._seal()
-    os.remove(ob._seg_path(ob._sno[s]))
+    os.remove(_seg_path(ob.root, ob._sno[s]))
     ob.bytes_used -= ob._ssize[s]
     ob._nseg -= 1
     ob._sealed = True
@@ -195,7 +194,7 @@ def _drop_newest(ob):
 def _lose(ob, s, start, end, est, off, runs):
     """Entries start..end-1 of segment s cannot be read back: mark them lost."""
     for e in range(start, end):
-        slot = e % ob._cap
+        slot = e % len(ob._state)
         ob._state[slot] = _LOST
         ob._off[slot] = off
         ob._cnt[slot] = 0
@@ -215,7 +214,7 @@ def _count_runs(ob, runs):
         start, end, pboot, plast, nboot, nfirst, est = r
         k = 0
         for e in range(start, end):
-            if ob._state[e % ob._cap] == _LOST:
+            if ob._state[e % len(ob._state)] == _LOST:
                 k += 1
         if not k:
             continue
@@ -231,11 +230,11 @@ def _count_runs(ob, runs):
     ob.count_dropped(total)
     for r in runs:
         for e in range(r[0], r[1]):
-            if ob._state[e % ob._cap] == _LOST:
+            if ob._state[e % len(ob._state)] == _LOST:
                 s = _seg_of(ob, e)
                 if s >= 0:
                     ob._write_ack(s, e)
-                ob._state[e % ob._cap] = _DONE
+                ob._state[e % len(ob._state)] = _DONE
 
 
 def _seg_of(ob, eid):
@@ -270,7 +269,7 @@ def _unindex_from(ob, s, eid):
     if eid >= end:
         return
     for e in range(eid, end):
-        slot = e % ob._cap
+        slot = e % len(ob._state)
         if ob._state[slot] == _PENDING:
             cnt = ob._cnt[slot]
             ob._spend[s] -= 1
@@ -279,7 +278,7 @@ def _unindex_from(ob, s, eid):
             ob.pending_records -= cnt
         ob._state[slot] = _FREE
     ob._sn[s] -= end - eid
-    cut = ob._ssize[s] - ob._off[eid % ob._cap]
+    cut = ob._ssize[s] - ob._off[eid % len(ob._state)]
     if cut > 0:
         ob._ssize[s] -= cut
         ob.bytes_used -= cut
@@ -294,14 +293,14 @@ def _seg_index(ob, sno):
 
 
 def _apply_acks(ob, s):
-    with open(ob._ack_path(ob._sno[s]), "rb") as f:
+    with open(_seg_path(ob.root, ob._sno[s], "a"), "rb") as f:
         data = f.read()
     first = ob._sfirst[s]
     for p in range(0, len(data) - _ACK_SIZE + 1, _ACK_SIZE):
         idx = data[p] | data[p + 1] << 8
         if (data[p + 2] | data[p + 3] << 8) != idx ^ 0xFFFF or idx >= ob._sn[s]:
             continue   # torn or stray record: the entry stays pending (at-least-once)
-        slot = (first + idx) % ob._cap
+        slot = (first + idx) % len(ob._state)
         st = ob._state[slot]
         if st == _LOST:
             ob._state[slot] = _DONE   # counted (or acked) when an earlier open found it

@@ -54,7 +54,20 @@ import mqb_app
 gc.collect()
 a1 = gc.mem_alloc()
 
-app = mqb_app.App(__import__("mqb_config").make_config(cfg), buffers=buffers, ssl_context=ctx)
+def start():
+    # as mqb_app.main() does, in a function: a reference the script's own VM stack keeps
+    # (to the config module or dict) is gone before the measurement. make_config is
+    # mqb_config's, unloaded before App() (mqb_app's before the split of issue 20 item 3)
+    make = getattr(mqb_app, "make_config", None)
+    if make is None:
+        import mqb_config
+        c = mqb_config.make_config(cfg)
+        del mqb_config
+        sys.modules.pop("mqb_config", None)
+    else:
+        c = make(cfg)
+    return mqb_app.App(c, buffers=buffers, ssl_context=ctx)
+app = start()
 gc.collect()
 a2 = gc.mem_alloc()
 import micropython

