@@ -4,9 +4,10 @@
 demo: setup
 	.venv/bin/mqbatch demo
 
-# -v: each test's name shows while it runs; --durations: the slowest at the end
+# -v: each test's name shows while it runs; --durations: the slowest at the end.
+# MQBATCH_REQUIRE_WASM32: the 32-bit MicroPython (setup installs it) must run, not skip.
 test: setup
-	.venv/bin/python -m pytest -v --durations=15 $(PYTEST_ARGS)
+	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -v --durations=15 $(PYTEST_ARGS)
 
 setup:
 	@tools/bootstrap.sh

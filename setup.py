@@ -5,6 +5,7 @@ this copies it into the wheel as package data under mqbatch/_device/, where
 mqbatch.util.paths finds it in an installed package. An editable install (make test)
 needs no copy: mqbatch.util.paths then finds the checkout's own folders.
 """
+
 import pathlib
 import shutil
 
@@ -25,6 +26,9 @@ class BuildPyWithDevice(build_py):
             if dst.exists():
                 shutil.rmtree(dst)
             shutil.copytree(HERE / name, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.mpy"))
+        # the firmware's mip package (its urls are relative: firmware/...), so that
+        # `mpremote mip install <it>` works from an installed wheel too (`mqbatch deploy --print-mip`)
+        shutil.copyfile(HERE / "package.json", pathlib.Path(self.build_lib) / "mqbatch" / "_device" / "package.json")
 
 
 setup(cmdclass={"build_py": BuildPyWithDevice})

@@ -110,3 +110,16 @@ def test_commands_are_thin():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > COMMAND_LINES
     }
     assert not fat, f"commands over {COMMAND_LINES} lines (move the work into its package): {fat}"
+
+
+def test_architecture_doc_is_drawn_from_the_code(tmp_path):
+    """docs/architecture.md's picture is current; a copy with one arrow removed is not."""
+    from mqbatch.lab import architecture
+
+    doc = ROOT / "docs" / "architecture.md"
+    assert architecture.main(["--check", "--doc", str(doc)]) == 0, "run .venv/bin/python -m mqbatch.lab.architecture"
+    stale = tmp_path / "architecture.md"
+    text = doc.read_text(encoding="utf-8")
+    arrow = next(line for line in text.splitlines() if "-->|" in line)
+    stale.write_text(text.replace(arrow + "\n", ""), encoding="utf-8")
+    assert architecture.main(["--check", "--doc", str(stale)]) == 1

@@ -84,6 +84,10 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
         for f in ("mqb_board.py", "config.template.json", "deploy.json", "manifest.py"):
             assert f"mqbatch/_device/boards/{board}/{f}" in names
     assert "mqbatch/_device/boards/common/mqb_wifi.py" in names
+    # the firmware's mip package next to firmware/ (its urls are relative): `mqbatch deploy --print-mip`
+    assert "mqbatch/_device/package.json" in names
+    urls = json.loads(zipfile.ZipFile(wheel).read("mqbatch/_device/package.json"))["urls"]
+    assert {f"mqbatch/_device/{path}" for _, path in urls} <= names
     assert {"mqbatch/cli.py", "mqbatch/commands/vboard.py", "mqbatch/commands/decode.py"} <= names
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
@@ -103,7 +107,7 @@ def test_sdist_carries_device_code(source, tmp_path):
     with tarfile.open(tmp_path / proc.stdout.strip().splitlines()[-1]) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert {"setup.py", "LICENSE", "firmware/main.py", "firmware/mqb_app.py", "firmware/mqb_outbox_format.py", "boards/unix/mqb_board.py",
-            "boards/esp32/deploy.json", "boards/common/mqb_wifi.py"} <= names
+            "boards/esp32/deploy.json", "boards/common/mqb_wifi.py", "package.json"} <= names
 
 
 def test_installed_mqbatch_is_the_wheel_and_each_command_stands_alone(venv, tmp_path):
@@ -171,10 +175,10 @@ def test_installed_deploy_to_a_virtual_board(venv):
 def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
-    from paho.mqtt.properties import Properties
     from paho.mqtt.packettypes import PacketTypes
-    from mqbatch.wire import codec
-    from mqbatch.wire import records
+    from paho.mqtt.properties import Properties
+
+    from mqbatch.wire import codec, records
 
     h = run(venv, "ingest", "--help")
     assert h.returncode == 0 and "--landing" in h.stdout, h.stderr

@@ -2,8 +2,10 @@
 # Set up everything `make demo` and `make test` need, on a fresh Debian/Ubuntu
 # machine with Python 3.11: Debian packages (as root: installed with apt;
 # otherwise the exact apt command is printed and we stop), then .venv at the
-# repo root with the pinned Python packages from pyproject.toml.
-# Re-running is cheap: the venv is rebuilt only when pyproject.toml changes.
+# repo root with the pinned Python packages from pyproject.toml, then the pinned
+# 32-bit MicroPython (npm's WebAssembly port) in .venv/wasm32 for tests/mpy32.
+# Re-running is cheap: the venv is rebuilt only when pyproject.toml changes, the
+# npm package is fetched only when it is missing or its pin changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,9 @@ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || APT_PKGS+=
 command -v socat >/dev/null 2>&1 || APT_PKGS+=(socat)
 command -v strace >/dev/null 2>&1 || APT_PKGS+=(strace)     # tests count socket writes per PUBLISH
 command -v chromium >/dev/null 2>&1 || APT_PKGS+=(chromium) # a test renders the demo's HTML report headless (layout at 1280/800 px)
+command -v nft >/dev/null 2>&1 || APT_PKGS+=(nftables)     # the connection-flood test applies the fleet's generated per-source limits
+command -v ip >/dev/null 2>&1 || APT_PKGS+=(iproute2)      # ... inside a network namespace of its own
+command -v systemd-analyze >/dev/null 2>&1 || APT_PKGS+=(systemd)   # `systemd-analyze verify` of the generated service units
 java_ok() {    # a JDK 17+: Spark runs on it, and javac builds the decoder's JVM fast path (mqbatch.spark.jvm)
     command -v java >/dev/null 2>&1 || return 1
     command -v javac >/dev/null 2>&1 || return 1
@@ -22,6 +27,9 @@ java_ok() {    # a JDK 17+: Spark runs on it, and javac builds the decoder's JVM
 }
 java_ok || APT_PKGS+=(openjdk-17-jdk-headless)
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || APT_PKGS+=(python3-venv)
+# node + npm: the 32-bit MicroPython (WebAssembly port, below) that tests/mpy32 runs
+command -v node >/dev/null 2>&1 || APT_PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || APT_PKGS+=(npm)
 
 if [ ${#APT_PKGS[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -49,3 +57,17 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
     echo "$want" > "$stamp"
 fi
+
+# --- wasm32: the 32-bit MicroPython (ESP32 and RP2040 are 32-bit; the Unix port is
+# 64-bit). tests/mpy32 runs the device tests in it with node. Pinned version;
+# npm checks the registry's integrity hash.
+WASM32_PKG=@micropython/micropython-webassembly-pyscript@1.27.0
+WASM32_DIR=${WASM32_DIR:-.venv/wasm32}
+if [ ! -f "$WASM32_DIR/node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs" ] \
+        || [ "$(cat "$WASM32_DIR/.mqbatch-stamp" 2>/dev/null)" != "$WASM32_PKG" ]; then
+    echo "bootstrap: installing $WASM32_PKG into $WASM32_DIR (npm)"
+    mkdir -p "$WASM32_DIR"
+    npm install --prefix "$WASM32_DIR" --no-save --no-package-lock --no-audit --no-fund --loglevel=error "$WASM32_PKG" >/dev/null
+    echo "$WASM32_PKG" > "$WASM32_DIR/.mqbatch-stamp"
+fi
+# --- end wasm32

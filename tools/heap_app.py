@@ -6,6 +6,14 @@ and the TLS context first), then `import mqb_app` and `App(cfg)`; gc.mem_alloc()
 gc.collect() at each point. The broker is a closed loopback port (App() does not connect).
 
     .venv/bin/python tools/heap_app.py [--config '{"e2e_ack": {"enabled": true}}'] [--runs 3]
+        [--files] [--port unix|wasm32]
+
+--files: the .mpy files in the device's directory instead, as `mqbatch deploy`
+installs them on a board's filesystem: their bytecode is loaded into the heap.
+--port wasm32: in the 32-bit WebAssembly port (tests/mpy32/run_wasm32.mjs; implies
+--files: that port has no ROMFS), with a stand-in `tls` that holds nothing (the port
+has none): the TLS context's own heap is not in its figures. "#-- call" lines split
+the script into separate top-level calls there (run_wasm32.mjs --calls); comments elsewhere.
 
 Prints one line per run: imports, App, live after start-up (bytes), the modules loaded,
 and micropython.qstr_info() (interned names: a full pool makes the next name cost a new
@@ -31,6 +39,7 @@ from mqbatch.fleet.deploy import compile_firmware  # noqa: E402
 from mqbatch.fleet.pki import make_ca  # noqa: E402
 from mqbatch.lab.devices import DEVICE_DEFAULTS, _merged  # noqa: E402
 from mqbatch.lab.romfs_run import build_image  # noqa: E402
+from mqbatch.util.paths import micropython_exe  # noqa: E402
 
 SCRIPT = """
 import gc
@@ -42,6 +51,7 @@ size = cfg["flush"]["max_bytes"] + 160
 buffers = (bytearray(size), bytearray(size))
 import tls
 ctx = tls.SSLContext(tls.PROTOCOL_TLS_CLIENT)
+#-- call
 gc.collect()
 a0 = gc.mem_alloc()
 a1 = a0
@@ -51,6 +61,7 @@ for m in cfg.get("_probe_imports", ()):     # modules one at a time, in this ord
     print("IMPORT", m, gc.mem_alloc() - a1)
     a1 = gc.mem_alloc()
 import mqb_app
+#-- call
 gc.collect()
 a1 = gc.mem_alloc()
 
@@ -68,6 +79,7 @@ def start():
         c = make(cfg)
     return mqb_app.App(c, buffers=buffers, ssl_context=ctx)
 app = start()
+#-- call
 gc.collect()
 a2 = gc.mem_alloc()
 import micropython
@@ -82,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="{}", help="JSON merged over the device defaults")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--heapsize", default="256K")
+    ap.add_argument("--files", action="store_true", help=".mpy files on the filesystem (bytecode in the heap)")
+    ap.add_argument("--port", choices=("unix", "wasm32"), default="unix")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mqb-heap-") as tmp:
         tmp = pathlib.Path(tmp)
@@ -107,27 +121,8 @@ def main(argv=None) -> int:
         (dev / "config.json").write_text(json.dumps(cfg))
         (dev / "boot.py").write_text((ROOT / "boards" / "unix" / "boot.py").read_text())
         (dev / "measure.py").write_text(SCRIPT)
-        env = {"MICROPYPATH": ".frozen"}
-        if "PYTHONPATH" in os.environ:  # the launcher is the mqbatch imported here (a checkout's host/)
-            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         for _ in range(args.runs):
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "mqbatch.lab.romfs_run",
-                    str(tmp / "fw.romfs"),
-                    "-X",
-                    f"heapsize={args.heapsize}",
-                    "-c",
-                    "import boot; import measure",
-                ],
-                cwd=dev,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            proc = _run(args, tmp, dev)
             line = [x for x in proc.stdout.splitlines() if x.startswith("HEAP ")]
             for x in proc.stdout.splitlines():
                 if x.startswith("IMPORT ") or x.startswith("qstr"):
@@ -137,6 +132,27 @@ def main(argv=None) -> int:
                 return 1
             print(line[0])
     return 0
+
+
+def _run(args, tmp: pathlib.Path, dev: pathlib.Path) -> subprocess.CompletedProcess:
+    if args.port == "wasm32":
+        runner = ROOT / "tests" / "mpy32" / "run_wasm32.mjs"
+        base = pathlib.Path(os.environ.get("MQBATCH_WASM32") or pathlib.Path(sys.prefix) / "wasm32")  # bootstrap.sh
+        pkg = base / "node_modules" / "@micropython" / "micropython-webassembly-pyscript"
+        cmd = ["node", str(runner), str(pkg), "--tls-stub", "--put", f"{tmp / 'fw'}=/flash"]
+        cmd += ["--put", f"{dev}=/flash", "--path", "/flash", "--cwd", "/flash", "--calls", "/flash/measure.py"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if args.files:
+        for f in (tmp / "fw").iterdir():
+            (dev / f.name).write_bytes(f.read_bytes())
+        cmd = [str(micropython_exe()), "-X", f"heapsize={args.heapsize}", "-c", "import measure"]
+        return subprocess.run(cmd, cwd=dev, env={"MICROPYPATH": "."}, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "mqbatch.lab.romfs_run", str(tmp / "fw.romfs"), "-X", f"heapsize={args.heapsize}"]
+    cmd += ["-c", "import boot; import measure"]
+    env = {"MICROPYPATH": ".frozen"}
+    if "PYTHONPATH" in os.environ:  # the launcher is the mqbatch imported here (a checkout's host/)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return subprocess.run(cmd, cwd=dev, env=env, capture_output=True, text=True, timeout=120)
 
 
 if __name__ == "__main__":

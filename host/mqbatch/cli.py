@@ -24,6 +24,7 @@ COMMANDS = [
     "devices",
     "fleet",
     "ingest",
+    "report",
     "spark",
     "vboard",
 ]
@@ -65,12 +66,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `args` ran (`fleet add` for `mqbatch fleet add ...`):
+    its usage line is the one to show with an error about that command's arguments."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "unavailable", False):  # an unavailable command takes any arguments
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 
 

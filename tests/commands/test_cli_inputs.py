@@ -39,6 +39,18 @@ def mqbatch(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
         (["ingest", "--landing", "x", "--port", "88830"], "--port", "expected a TCP port 1..65535, got 88830"),
         (["ingest", "--landing", "x", "--progress-seconds", "0"], "--progress-seconds", "must be > 0"),
         (["ingest", "--landing", "x", "--roll-seconds", "-1"], "--roll-seconds", "must be > 0"),
+        # issue 26: each was found by a reviewer failing late or without naming its flag
+        (["demo", "--heapsize", "12Q"], "--heapsize", "expected a size like 96K or 1M"),
+        (["demo", "--heapsize", "32K"], "--heapsize", "must be at least 64K"),
+        (["devices", "--heapsize", "lots"], "--heapsize", "expected a size like 96K or 1M"),
+        (["ingest", "--landing", "x", "--password-file", "/nonexistent/pw"], "--password-file", "no such file"),
+        (["ingest", "--landing", "/etc/hostname"], "--landing", "/etc/hostname is not a directory"),
+        (
+            ["ingest", "--landing", "/etc/hostname/sub"],
+            "--landing",
+            "/etc/hostname/sub is under /etc/hostname, which is not a",
+        ),
+        (["fleet", "add", "x", "d1", "--wifi-password-file", "/nonexistent/w"], "--wifi-password-file", "no such"),
     ],
 )
 def test_nonsense_arguments_are_refused_with_a_sentence(args, flag, why):
@@ -51,7 +63,7 @@ def test_nonsense_arguments_are_refused_with_a_sentence(args, flag, why):
 
 def test_demo_sample_rate_above_the_firmware_limit_is_refused_before_anything_starts(tmp_path):
     proc = mqbatch("demo", "--sample-hz", "5000", "--run-dir", tmp_path / "demo")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # an input error: exit status 2, like argparse's
     assert "--sample-hz must be in (0, 1000]" in proc.stderr and "firmware" in proc.stderr
     assert not (tmp_path / "demo").exists()
 
@@ -61,7 +73,7 @@ def test_demo_refuses_a_run_dir_it_did_not_make_and_deletes_nothing(tmp_path):
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
     proc = mqbatch("demo", "--devices", "1", "--duration", "5", "--run-dir", mine)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert (mine / "thesis.tex").read_text() == "years of work"
     assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]
     assert f"{mine} is not empty and was not made by mqbatch" in proc.stderr and "--run-dir" in proc.stderr
@@ -71,7 +83,7 @@ def test_a_file_given_as_run_dir_is_refused(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("keep")
     proc = mqbatch("demo", "--run-dir", f)
-    assert proc.returncode == 1 and f.read_text() == "keep"
+    assert proc.returncode == 2 and f.read_text() == "keep"
     assert "exists and is not a plain directory" in proc.stderr
 
 
@@ -144,3 +156,42 @@ def test_old_positive_type_name_still_importable():
     from mqbatch.commands.decode import _positive
 
     assert _positive("3") == 3
+
+
+def test_a_misspelt_flag_shows_the_commands_usage_not_the_top_level_one():
+    proc = mqbatch("demo", "--devcies", "2")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: mqbatch demo ") and "--heapsize" in proc.stderr, proc.stderr
+    assert "mqbatch demo: error: unrecognized arguments: --devcies 2" in proc.stderr
+    proc = mqbatch("fleet", "add", "x", "d1", "--bord", "esp32")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: mqbatch fleet add "), proc.stderr
+
+
+def test_demo_heapsize_is_checked_before_the_run_starts(tmp_path):
+    """`demo --heapsize 12Q` ran the whole minute, then failed without naming the flag."""
+    proc = mqbatch("demo", "--heapsize", "12Q", "--run-dir", tmp_path / "demo")
+    assert proc.returncode == 2 and "argument --heapsize" in proc.stderr
+    assert not (tmp_path / "demo").exists() and proc.seconds < 20
+
+
+@pytest.mark.parametrize(
+    "board, extra, flag",
+    [
+        ("esp32", [], "--wifi-ssid"),
+        ("rp2040", [], "--wifi-ssid"),
+        ("esp32", ["--wifi-ssid", "home"], "--wifi-password-file"),  # no terminal to ask on
+        ("esp32", ["--wifi-ssid", "home", "--wifi-password-file", "EMPTY"], "--wifi-password-file"),
+    ],
+)
+def test_fleet_add_refuses_a_wifi_board_without_its_credentials(tmp_path, board, extra, flag):
+    """`fleet add --board esp32` without --wifi-ssid exited 0 and wrote the template's
+    your-ssid / your-wifi-password, which never connect."""
+    fleet = tmp_path / "fleet"
+    assert mqbatch("fleet", "init", fleet, "--broker-host", "127.0.0.1").returncode == 0
+    (tmp_path / "empty.txt").write_text("\n")
+    extra = [str(tmp_path / "empty.txt") if x == "EMPTY" else x for x in extra]
+    proc = mqbatch("fleet", "add", fleet, "porch-1", "--board", board, *extra, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and flag in proc.stderr and board in proc.stderr
+    assert not (fleet / "devices" / "porch-1").exists()
+    assert "porch-1" not in "".join(p.read_text(errors="replace") for p in fleet.rglob("*") if p.is_file())

@@ -1,7 +1,9 @@
-"""Ctrl-C (SIGINT), `kill` (SIGTERM) and a closed terminal (SIGHUP) stop `mqbatch demo`
-and `mqbatch devices` the same way: every process they started (Mosquitto, the
-relay, devices, the recorder, the Spark job and its JVM) is stopped, nothing is
-left behind, and the exit status is 128 + the signal number."""
+"""Ctrl-C (SIGINT), `kill` (SIGTERM) and a closed terminal (SIGHUP) stop every long-running
+command the same way: every process it started (Mosquitto, the relay, devices, the
+recorder, the Spark job and its JVM) is stopped, nothing is left behind, the exit status
+is 128 + the signal number (0 for `ingest` and `vboard`, which treat a signal as their
+normal end), and nothing prints a traceback: demo, devices, spark, ingest, fleet run,
+vboard."""
 
 import os
 import signal
@@ -94,7 +96,7 @@ def test_demo_sigterm_while_spark_runs_leaves_no_broker_nor_spark_job(tmp_path):
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_devices_stops_its_broker_and_devices(tmp_path, sig):
     run_dir = tmp_path / "devs"
     proc, seen = run_until(
@@ -103,3 +105,94 @@ def test_devices_stops_its_broker_and_devices(tmp_path, sig):
         120,
     )
     assert_all_stopped(proc, seen, sig, run_dir, "mqbatch devices (broker, devices)")
+
+
+# -- issue 26: no traceback on Ctrl-C from any long-running command -------------------------
+
+
+def sigint_after(cmd: list[str], marker: str, timeout: float, settle: float = 0.0):
+    """Start `cmd`, wait for `marker` in its output (+ `settle` s), SIGINT it as a terminal's
+    Ctrl-C would; returns (exit status, everything it printed)."""
+    proc, seen = run_until(cmd, marker, timeout)
+    time.sleep(settle)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    out = "".join(seen) + rest
+    assert "Traceback" not in out and "Exception" not in out, out
+    return proc.returncode, out
+
+
+@pytest.mark.slow
+def test_spark_ctrl_c_prints_no_py4j_traceback(tmp_path):
+    """The driver, waiting in a py4j call, used to print py4j ERROR tracebacks (and a
+    BrokenPipeError) before the clean last line: they now go to a file the line names."""
+    from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
+
+    rows = [landed("mqbatch/dev-001/telemetry", [sample(1, s)[0] for s in range(10)], T0_MS + 60_000)]
+    write_landing(tmp_path / "landing", "rec-1", 1, rows)
+    out_dir = tmp_path / "out"
+    code, out = sigint_after(
+        [str(VENV_BIN / "mqbatch"), "spark", "--landing", str(tmp_path / "landing"), "--out", str(out_dir)],
+        "WARN",  # the JVM is up; the driver is starting its SparkSession over py4j
+        180,
+        settle=4,
+    )
+    assert code == 128 + signal.SIGINT, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("mqbatch spark: stopped by SIGINT; spark-submit and its children ended"), out
+    assert processes_under(out_dir) == []
+
+
+@pytest.mark.broker
+def test_ingest_ctrl_c_closes_the_landing_file_without_a_traceback(tmp_path):
+    from mqbatch.lab.stack import LocalStack
+
+    stack = LocalStack(tmp_path / "stack", ["dev-001"])
+    user, password = stack.recorder_login
+    (tmp_path / "pw").write_text(password)
+    with stack.broker as broker:
+        code, out = sigint_after(
+            [
+                str(VENV_BIN / "mqbatch"),
+                "ingest",
+                "--port",
+                str(broker.port),
+                "--cafile",
+                str(stack.ca_cert),
+                "--username",
+                user,
+                "--password-file",
+                str(tmp_path / "pw"),
+                "--landing",
+                str(tmp_path / "landing"),
+            ],
+            "subscribed",
+            60,
+        )
+    assert code == 0 and "SIGINT: closing the open landing file" in out, out
+
+
+def test_fleet_run_ctrl_c_stops_its_devices_without_a_traceback(tmp_path):
+    """`fleet run` had no signal handling: Ctrl-C printed a KeyboardInterrupt traceback.
+    No broker is needed: the devices sample into their flash and retry the connection."""
+    from mqbatch.lab.broker import free_port
+
+    fleet, run_dir = tmp_path / "fleet", tmp_path / "run"
+    mq = str(VENV_BIN / "mqbatch")
+    port = str(free_port())
+    init = [mq, "fleet", "init", str(fleet), "--broker-host", "127.0.0.1", "--port", port]
+    assert subprocess.run(init, capture_output=True).returncode == 0
+    assert subprocess.run([mq, "fleet", "add", str(fleet), "porch-1"], capture_output=True).returncode == 0
+    cmd = [mq, "fleet", "run", str(fleet), "porch-1", "--duration", "60", "--run-dir", str(run_dir)]
+    code, out = sigint_after(cmd, "devices running", 120)
+    assert code == 128 + signal.SIGINT, out
+    assert "fleet run: interrupted (SIGINT); its devices have been stopped" in out
+    assert processes_under(run_dir) == []
+
+
+def test_vboard_foreground_ctrl_c_stops_the_board_without_a_traceback(tmp_path):
+    code, out = sigint_after(
+        [str(VENV_BIN / "mqbatch"), "vboard", "start", "--dir", str(tmp_path / "flash"), "--foreground"], "up", 60
+    )
+    assert code == 0, out
+    assert processes_under(tmp_path / "flash") == []

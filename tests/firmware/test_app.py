@@ -6,15 +6,10 @@ from __future__ import annotations
 import signal
 import time
 
-
 import pytest
 
-
-from mqbatch.wire import codec
-
-
-from mqbatch.wire import records
 from mqbatch.lab.devices import Fleet
+from mqbatch.wire import codec, records
 
 READER = ("reader", "reader-pw")
 ACL = "user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n"
@@ -226,7 +221,7 @@ def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto,
 def test_disconnect_0x9c_use_another_server_moves_the_device(mosquitto, subscriber, tmp_path):
     """A broker that answers DISCONNECT 0x9C Use another server with a Server Reference
     sends the device to that server (a fake first server, a real Mosquitto second)."""
-    from test_mqtt_fake_server import CONNACK_OK, FakeServer, packet, props, string
+    from mqbatch_testing.fake_server import CONNACK_OK, FakeServer, packet, props, string
     target = mosquitto(tls=False)
     sub = subscriber(target, "mqbatch/#")
     ref = f"127.0.0.1:{target.port}"
@@ -259,6 +254,7 @@ def test_signing_device_in_a_deep_host_directory_runs_in_64k(mosquitto, subscrib
     a ~100-character run directory (`mqbatch fleet run` under pytest's tmp_path) left no
     free 752-byte run at start-up: MemoryError in App.__init__, the board boot-looped."""
     import json
+
     from mqbatch.util.paths import ROOT
     creds = {"kitchen-1": "pw-1"}
     broker = secured_broker(mosquitto, creds)

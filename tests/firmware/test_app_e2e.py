@@ -23,10 +23,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from mqbatch.wire import codec
-
-from mqbatch.wire import records
 from mqbatch.lab.devices import Fleet
+from mqbatch.wire import codec, records
 
 ACKER = ("acker", "acker-pw")
 ACL = ("user acker\ntopic read mqbatch/+/telemetry\ntopic write mqbatch/+/ack\n\n"

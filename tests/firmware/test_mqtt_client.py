@@ -4,7 +4,6 @@ listeners, by a WireTap that records every packet on the wire."""
 from __future__ import annotations
 
 import struct
-import threading
 import time
 
 import paho.mqtt.client as mqtt

@@ -156,11 +156,9 @@ def test_device_with_rotten_outbox_boots_delivers_the_rest_and_counts_the_loss(m
     records of the rotten entry in dropped_total (and log why)."""
     import json
 
-    from mqbatch.wire import codec
-
-    from mqbatch.wire import records
     from mqbatch.lab.broker import free_port
     from mqbatch.lab.devices import Fleet
+    from mqbatch.wire import codec, records
 
     dev, reader = "dev-001", ("reader", "reader-pw")
     broker = mosquitto(tls=True, allow_anonymous=False, users={dev: "pw-1", reader[0]: reader[1]}, persistence=True,

@@ -2,24 +2,27 @@
 virtual board (the MicroPython Unix port on a pseudo-terminal, mpremote in `resume`
 mode), the files are verified by SHA-256, the board is reset, and the application
 starts and publishes to a real Mosquitto over TLS."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 import subprocess
 
-from mqbatch.wire import codec
-
-from mqbatch.wire import records
 from mqbatch.lab.vboard import VirtualBoard
-from mqbatch_testing import VENV_BIN
 from mqbatch.util.paths import BOARDS, FIRMWARE
+from mqbatch.wire import codec, records
+from mqbatch_testing import VENV_BIN
 
 
 def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, tmp_path):
     creds = {"dev-042": "pw-42"}
-    broker = mosquitto(tls=True, allow_anonymous=False, users={**creds, "reader": "rpw"},
-                       acl="user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n")
+    broker = mosquitto(
+        tls=True,
+        allow_anonymous=False,
+        users={**creds, "reader": "rpw"},
+        acl="user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n",
+    )
     sub = subscriber(broker, "mqbatch/+/telemetry", username="reader", password="rpw")
     cfg_dir = tmp_path / "cfg"
     cfg_dir.mkdir()
@@ -30,19 +33,36 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
     (cfg_dir / "ca.pem").write_bytes(pki.ca_cert.read_bytes())
     (cfg_dir / "config.json").write_text(json.dumps(cfg))
     flash = tmp_path / "board"
-    with VirtualBoard(flash) as vb:          # the default heap: the deployed firmware runs in it over TLS
-        proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "unix",
-                               "--config", str(cfg_dir / "config.json"), "--build-dir", str(tmp_path / "build")],
-                              capture_output=True, text=True, timeout=180)
+    with VirtualBoard(flash) as vb:  # the default heap: the deployed firmware runs in it over TLS
+        proc = subprocess.run(
+            [
+                str(VENV_BIN / "mqbatch"),
+                "deploy",
+                "--port",
+                str(vb.tty),
+                "--board",
+                "unix",
+                "--config",
+                str(cfg_dir / "config.json"),
+                "--build-dir",
+                str(tmp_path / "build"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert proc.returncode == 0, proc.stderr + proc.stdout
         assert "verified" in proc.stdout and "board reset" in proc.stdout
         # what landed on the board is exactly the build, byte for byte
-        built = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "build").iterdir()
-                 if not p.name.startswith(".")}        # the .mqbatch-run marker marks the folder, stays on the host
+        built = {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (tmp_path / "build").iterdir()
+            if not p.name.startswith(".")
+        }  # the .mqbatch-run marker marks the folder, stays on the host
         assert {"main.py", "mqb_app.mpy", "mqb_board.mpy", "mqb_codec.mpy", "config.json", "ca.pem"} <= set(built)
-        landed = {n: hashlib.sha256((flash / n).read_bytes()).hexdigest() for n in built}
+        landed = {n: hashlib.sha256(vb.get(n) or b"").hexdigest() for n in built}   # from its flash image
         assert landed == built
-        vb.wait_boot(2)                      # the reset restarted the interpreter, which runs main.py
+        vb.wait_boot(2)  # the reset restarted the interpreter, which runs main.py
         msgs = sub.wait_for(2, timeout=30)
     assert len(msgs) >= 2, (flash / "console.log").read_text()[-2000:]
     for m in msgs:
@@ -50,7 +70,7 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
         res = codec.decode(m.user_properties, m.payload, topic=m.topic)
         assert res.status == codec.OK
         recs = [records.parse(x) for x in res.messages]
-        assert all(r.boot == 1 for r in recs)     # first boot of this board's flash
+        assert all(r.boot == 1 for r in recs)  # first boot of this board's flash
 
 
 def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
@@ -59,9 +79,23 @@ def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
     (mine / "thesis.tex").write_text("precious")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"device_id": "d", "broker": {"host": "h", "tls": False}, "topic": "t"}))
-    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
-                           "--config", str(cfg), "--build-dir", str(mine)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "deploy",
+            "--port",
+            str(tmp_path / "nope"),
+            "--board",
+            "unix",
+            "--config",
+            str(cfg),
+            "--build-dir",
+            str(mine),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "not made by mqbatch" in proc.stderr
     assert (mine / "thesis.tex").read_text() == "precious"
 
@@ -69,14 +103,42 @@ def test_deploy_never_wipes_a_folder_it_did_not_make(tmp_path):
 def test_deploy_reports_bad_config_and_port(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"device_id": "d", "broker": {"host": "h", "ca": "missing.pem"}, "topic": "t"}))
-    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
-                           "--config", str(bad), "--build-dir", str(tmp_path / "b")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "deploy",
+            "--port",
+            str(tmp_path / "nope"),
+            "--board",
+            "unix",
+            "--config",
+            str(bad),
+            "--build-dir",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "missing.pem" in proc.stderr and "does not exist" in proc.stderr
     (tmp_path / "missing.pem").write_text("x")
-    proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(tmp_path / "nope"), "--board", "unix",
-                           "--config", str(bad), "--build-dir", str(tmp_path / "b")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "deploy",
+            "--port",
+            str(tmp_path / "nope"),
+            "--board",
+            "unix",
+            "--config",
+            str(bad),
+            "--build-dir",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "no serial port" in proc.stderr
 
 
@@ -84,6 +146,7 @@ def test_every_board_compiles_with_mpy_cross(tmp_path):
     """The esp32 and rp2040 board modules cannot run here (no hardware); this at least
     compiles them and their shared Wi-Fi module for their architectures."""
     from mqbatch.fleet.deploy import BOARD_NAMES, compile_firmware
+
     for board in BOARD_NAMES:
         files = compile_firmware(board, tmp_path / board)
         assert "mqb_board.mpy" in files and "mqb_app.mpy" in files and "main.py" in files
@@ -94,10 +157,24 @@ def test_every_board_compiles_with_mpy_cross(tmp_path):
 
 def deploy_cmd(tmp_path, config: dict, port: str | None = None, *extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "config.json").write_text(json.dumps(config))
-    return subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", port or str(tmp_path / "nope"),
-                           "--board", "unix", "--config", str(tmp_path / "config.json"),
-                           "--build-dir", str(tmp_path / "build"), *extra], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [
+            str(VENV_BIN / "mqbatch"),
+            "deploy",
+            "--port",
+            port or str(tmp_path / "nope"),
+            "--board",
+            "unix",
+            "--config",
+            str(tmp_path / "config.json"),
+            "--build-dir",
+            str(tmp_path / "build"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
@@ -110,10 +187,12 @@ def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
     assert proc.returncode == 1
     assert "config lacks broker.host (a string" in proc.stderr and "mqb_config.make_config" in proc.stderr
     assert not (tmp_path / "build").exists()
-    for key, value, message in [("sample_hz", "ten", "sample_hz must be a number, got 'ten'"),
-                                ("flush", {"max_bytes": "2k"}, "flush.max_bytes must be a number, got '2k'"),
-                                ("require_subscribers", "yes", "require_subscribers must be a boolean"),
-                                ("topic", 7, "topic must be a string, got 7")]:
+    for key, value, message in [
+        ("sample_hz", "ten", "sample_hz must be a number, got 'ten'"),
+        ("flush", {"max_bytes": "2k"}, "flush.max_bytes must be a number, got '2k'"),
+        ("require_subscribers", "yes", "require_subscribers must be a boolean"),
+        ("topic", 7, "topic must be a string, got 7"),
+    ]:
         cfg = dict(base, **{key: value})
         proc = deploy_cmd(tmp_path, cfg)
         assert proc.returncode == 1 and message in proc.stderr, (key, proc.stderr)
@@ -126,6 +205,7 @@ def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
 
 def test_every_board_template_passes_the_firmware_config_check():
     from mqbatch.fleet.deploy import BOARD_NAMES, check_config
+
     for board in BOARD_NAMES:
         assert check_config(BOARDS / board / "config.template.json", board)["broker"]["host"]
 
@@ -141,7 +221,7 @@ def test_wrong_port_is_one_clear_line(tmp_path):
     not_a_tty.write_text("")
     proc = deploy_cmd(tmp_path, base, str(not_a_tty))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "removing stale module files" in proc.stderr and "mpremote failed" in proc.stderr
+    assert "reading the board type" in proc.stderr and "mpremote failed" in proc.stderr   # the first step
     assert "os.remove" not in proc.stderr
 
 
@@ -155,15 +235,34 @@ def test_config_only_deploy_removes_module_files_that_would_shadow_frozen_ones(t
     with VirtualBoard(flash) as vb:
         full = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
         assert full.returncode == 0, full.stderr
-        assert (flash / "mqb_app.mpy").exists() and (flash / "mqb_board.mpy").exists()
-        (flash / "mqb_codec.py").write_text("# stale source\n")
-        (flash / "notes.txt").write_text("mine")
+        assert {"mqb_app.mpy", "mqb_board.mpy"} <= set(vb.listdir())
+        put = subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(vb.tty), "resume", "exec",
+                              "for n, t in (('mqb_codec.py', '# stale source'), ('notes.txt', 'mine')):\n"
+                              "    with open(n, 'w') as f:\n        f.write(t)"],
+                             capture_output=True, text=True, timeout=60)
+        assert put.returncode == 0, put.stderr
         cfg["sample_hz"] = 5
         only = deploy_cmd(tmp_path, cfg, str(vb.tty), "--config-only", "--no-reset")
         assert only.returncode == 0, only.stderr
         assert "verified 2 files" in only.stdout
-    left = sorted(p.name for p in flash.iterdir())
+    left = vb.listdir()
     assert not [n for n in left if n.startswith("mqb_")], left
-    assert json.loads((flash / "config.json").read_text())["sample_hz"] == 5
-    assert (flash / "main.py").read_bytes() == (FIRMWARE / "main.py").read_bytes()
-    assert (flash / "notes.txt").read_text() == "mine"
+    assert json.loads(vb.get("config.json"))["sample_hz"] == 5
+    assert vb.get("main.py") == (FIRMWARE / "main.py").read_bytes()
+    assert vb.get("notes.txt") == b"mine"
+
+
+def test_deploy_names_the_wrong_board_type(tmp_path):
+    """An esp32 build sent to a unix board is refused before anything is copied, naming
+    what the board is (it used to fail later with a bare OSError [Errno 5])."""
+    cfg = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
+    cfg["broker"].update(tls=False, ca=None, port=1)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with VirtualBoard(tmp_path / "board") as vb:
+        proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "esp32",
+                               "--config", str(tmp_path / "config.json"), "--build-dir", str(tmp_path / "build")],
+                              capture_output=True, text=True, timeout=180)
+        names = vb.listdir()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "is not a esp32 board: it runs MicroPython for linux (--board unix)" in proc.stderr, proc.stderr
+    assert "Errno" not in proc.stderr and names == [], names

@@ -228,3 +228,10 @@ def test_crash_mid_chunked_roll_is_redone_from_the_wal(tmp_path):
     assert not tmp.exists() and not wal.exists()
     assert L.read_landing(tmp_path).equals(reference_table([msg(i) for i in range(12)], "r1", 0))
     w2.close()
+
+
+def test_read_landing_names_a_folder_named_like_a_landing_file(tmp_path):
+    """Issue 23.5: no landing entry is skipped in silence (a folder `landing-*.parquet`)."""
+    (tmp_path / "landing-x-00000000.parquet").mkdir()
+    with pytest.raises(ValueError, match="landing-x-00000000.parquet named like landing files but not regular"):
+        L.read_landing(tmp_path)

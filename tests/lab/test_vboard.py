@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import time
@@ -14,20 +13,22 @@ import time
 import pytest
 
 from mqbatch.fleet.deploy import compile_firmware
-from mqbatch.util.paths import BOARDS
 from mqbatch.lab.vboard import PID_FILE, VirtualBoard
+from mqbatch.util.paths import BOARDS
 from mqbatch_testing import VENV_BIN
 
 
-def flash_with_firmware(flash: pathlib.Path, build: pathlib.Path, **config) -> None:
-    """What `mqbatch deploy` leaves on a board (.mpy files, main.py, config.json), copied directly."""
-    flash.mkdir(parents=True, exist_ok=True)
-    for name, path in compile_firmware("unix", build).items():
-        shutil.copyfile(path, flash / name)
+def flash_with_firmware(flash: pathlib.Path, build: pathlib.Path, **config) -> VirtualBoard:
+    """What `mqbatch deploy` leaves on a board (.mpy files, main.py, config.json), written
+    straight into the board's flash image (the board is not started)."""
+    files = compile_firmware("unix", build)
     cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
     cfg["broker"].update(host="127.0.0.1", port=1, tls=False)      # nothing listens there: the app retries
     cfg.update(config)
-    (flash / "config.json").write_text(json.dumps(cfg))
+    (build / "config.json").write_text(json.dumps(cfg))
+    vb = VirtualBoard(flash)
+    vb.put({**{n: str(p) for n, p in files.items()}, "config.json": str(build / "config.json")})
+    return vb
 
 
 def wait_for_text(path: pathlib.Path, text: str, timeout: float) -> str:
@@ -103,11 +104,17 @@ def test_vboard_foreground_stops_everything_on_a_signal(tmp_path, sig):
     assert not (flash / PID_FILE).exists()
 
 
-def test_vboard_start_console_stop_in_the_background(tmp_path):
+def start_in_background(tmp_path) -> tuple[pathlib.Path, str, subprocess.CompletedProcess]:
+    """A board with the firmware, started by `mqbatch vboard start` (the caller stops it)."""
     flash = tmp_path / "board"
     flash_with_firmware(flash, tmp_path / "build")
     mq = str(VENV_BIN / "mqbatch")
     start = subprocess.run([mq, "vboard", "start", "--dir", str(flash)], capture_output=True, text=True, timeout=60)
+    return flash, mq, start
+
+
+def test_vboard_start_console_stop_in_the_background(tmp_path):
+    flash, mq, start = start_in_background(tmp_path)
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         assert f"port {flash / 'tty'}" in start.stdout
@@ -123,3 +130,115 @@ def test_vboard_start_console_stop_in_the_background(tmp_path):
     assert processes_in(flash) == []
     gone = subprocess.run([mq, "vboard", "stop", "--dir", str(flash)], capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and "no board runs" in gone.stderr
+
+
+def mpremote(tty, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+    """mpremote as against a board: no `resume` (it soft-resets the board at connect)."""
+    return subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(tty), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_mpremote_works_against_it_as_against_a_board(tmp_path):
+    """ls, cp, exec, soft-reset and reset without `resume`: the pty stays while the
+    interpreter behind it restarts; a soft reset comes back to the raw REPL without
+    main.py, a hard reset (mpremote reset, `mqbatch vboard reset`) runs main.py again."""
+    flash = tmp_path / "board"
+    vb = flash_with_firmware(flash, tmp_path / "build")
+    (tmp_path / "note.txt").write_text("hello")
+    with vb:
+        wait_for_text(flash / "console.log", "mqb:", timeout=30)
+        ls = mpremote(vb.tty, "ls")
+        assert ls.returncode == 0 and "main.py" in ls.stdout and "mqb_app.mpy" in ls.stdout, ls.stdout + ls.stderr
+        assert "Traceback" not in ls.stdout + ls.stderr and "rror" not in ls.stderr, ls.stdout + ls.stderr
+        assert vb.soft_resets == 1 and vb.boots == 2, (vb.soft_resets, vb.boots)
+        cp = mpremote(vb.tty, "cp", str(tmp_path / "note.txt"), ":note.txt")
+        assert cp.returncode == 0, cp.stderr
+        ex = mpremote(vb.tty, "exec", "print(open('note.txt').read(), len(__import__('os').listdir('/')))")
+        assert ex.returncode == 0 and ex.stdout.startswith("hello "), ex.stdout + ex.stderr
+        assert mpremote(vb.tty, "soft-reset").returncode == 0
+        booted = (flash / "console.log").read_text(errors="replace").count("mqb: boot")
+        reset = mpremote(vb.tty, "reset")
+        assert reset.returncode == 0, reset.stdout + reset.stderr
+        deadline = time.monotonic() + 30
+        while (flash / "console.log").read_text(errors="replace").count("mqb: boot") <= booted:
+            assert time.monotonic() < deadline, "main.py did not run after `mpremote reset`"
+            time.sleep(0.2)
+    assert vb.get("note.txt") == b"hello"
+
+
+def host_paths_written(names: list[str]) -> list[str]:
+    """Which of these host paths exist (what a board's writes must never create)."""
+    return [n for n in names if os.path.lexists(n)]
+
+
+def test_a_vboard_cannot_write_outside_its_image(tmp_path):
+    """/lib, /tmp and ../ paths, and `mpremote mip install --target /lib`, land in the
+    board's littlefs image; nothing appears on the host, and host files cannot be read."""
+    flash = tmp_path / "board"
+    tag = f"mqbvb{os.getpid()}{time.monotonic_ns() % 100000}"
+    host = [f"/lib/{tag}", f"/tmp/{tag}", str(flash.parent / tag), str(flash / tag), f"/lib/{tag}.py",
+            "/lib/mqb_board.py"]
+    assert host_paths_written(host) == []
+    script = f"""
+import os
+res = []
+for d in ("/lib", "/tmp"):
+    try:
+        os.mkdir(d)
+    except OSError:
+        pass
+for p in ("/lib/{tag}", "/tmp/{tag}", "../{tag}", "../../{tag}", "{tag}"):
+    try:
+        with open(p, "w") as f:
+            f.write("x")
+        res.append(p)
+    except OSError as e:
+        res.append("refused " + p)
+try:
+    open("/etc/hostname").read()
+    res.append("READ HOST FILE")
+except OSError:
+    pass
+print("RES", res, os.getcwd(), sorted(os.listdir("/")))
+"""
+    with VirtualBoard(flash) as vb:
+        ex = mpremote(vb.tty, "exec", script)
+        assert ex.returncode == 0 and "RES" in ex.stdout, ex.stdout + ex.stderr
+        assert "READ HOST FILE" not in ex.stdout and "'/lib/" in ex.stdout and "'/tmp/" in ex.stdout, ex.stdout
+        mip = mpremote(vb.tty, "mip", "install", "--target", "/lib", str(BOARDS / "unix" / "package.json"))
+        assert mip.returncode == 0 and "Installing: /lib/mqb_board.py" in mip.stdout, mip.stdout + mip.stderr
+    print(ex.stdout)
+    assert host_paths_written(host) == [], "a board wrote to the host"
+    assert vb.get(f"lib/{tag}") == b"x" and vb.get(f"tmp/{tag}") == b"x" and vb.get(tag) == b"x"
+    assert vb.get("lib/mqb_board.py") == (BOARDS / "unix" / "mqb_board.py").read_bytes()
+    assert vb.listdir("") == sorted(["lib", "tmp", tag])
+
+
+def test_host_paths_written_sees_a_write_made_without_the_image(tmp_path):
+    """The check above can fail: the plain Unix port (no vboard) writes to the host."""
+    target = tmp_path / "escaped"
+    subprocess.run([str(VENV_BIN / "micropython"), "-c", f"open({str(target)!r}, 'w').write('x')"], check=True,
+                   timeout=30)
+    assert host_paths_written([str(target)]) == [str(target)]
+
+
+def test_vboard_reset_command_runs_main_again(tmp_path):
+    flash, mq, start = start_in_background(tmp_path)
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        assert (flash / "flash.img").stat().st_size == 2 * 1024 * 1024     # DEFAULT_FLASH
+        wait_for_text(flash / "console.log", "mqb: boot", timeout=30)
+        before = (flash / "console.log").read_text(errors="replace").count("mqb: boot")
+        r = subprocess.run([mq, "vboard", "reset", "--dir", str(flash)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and "reset the board" in r.stdout, r.stdout + r.stderr
+        deadline = time.monotonic() + 30
+        while (flash / "console.log").read_text(errors="replace").count("mqb: boot") <= before:
+            assert time.monotonic() < deadline, "no new boot after `mqbatch vboard reset`"
+            time.sleep(0.2)
+    finally:
+        subprocess.run([mq, "vboard", "stop", "--dir", str(flash)], capture_output=True, text=True, timeout=60)
+    gone = subprocess.run([mq, "vboard", "reset", "--dir", str(flash)], capture_output=True, text=True, timeout=30)
+    assert gone.returncode == 1 and "no board runs" in gone.stderr
+    other = subprocess.run([mq, "vboard", "start", "--dir", str(flash), "--flash-size", "1M"], capture_output=True,
+                           text=True, timeout=60)
+    assert other.returncode == 1 and "holds 2097152 bytes, not the 1048576 asked for" in other.stderr, other.stderr

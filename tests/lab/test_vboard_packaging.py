@@ -17,8 +17,8 @@ import pathlib
 import subprocess
 import time
 
-from mqbatch.util.paths import BOARDS, CHECKOUT, FIRMWARE
 from mqbatch.lab.vboard import VirtualBoard
+from mqbatch.util.paths import BOARDS, CHECKOUT, FIRMWARE
 from mqbatch_testing import VENV_BIN
 
 FIRMWARE_MODULES = sorted(p.name for p in FIRMWARE.glob("mqb_*.py"))
@@ -134,8 +134,8 @@ def test_mip_install_then_config_only_deploy_runs_the_app(tmp_path, mosquitto):
         out = _mpremote(vb.tty, "mip", "install", str(CHECKOUT / "package.json"))
         out += _mpremote(vb.tty, "mip", "install", str(BOARDS / "unix" / "package.json"))
         assert out.count("Installing:") == len(FIRMWARE_MODULES) + 1, out
-        for name in FIRMWARE_MODULES:
-            assert (flash / "lib" / name).read_bytes() == (FIRMWARE / name).read_bytes()
+        for name in FIRMWARE_MODULES:                       # in /lib of the board's flash image
+            assert vb.get(f"lib/{name}") == (FIRMWARE / name).read_bytes()
         deploy = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "unix",
                                  "--config", str(tmp_path / "dev.json"), "--config-only",
                                  "--build-dir", str(tmp_path / "build")], capture_output=True, text=True, timeout=120)
@@ -145,4 +145,4 @@ def test_mip_install_then_config_only_deploy_runs_the_app(tmp_path, mosquitto):
         while "mqb: connected" not in (flash / "console.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, (flash / "console.log").read_text(errors="replace")[-3000:]
             time.sleep(0.2)
-    assert [p.name for p in flash.glob("mqb_*") if p.suffix in (".py", ".mpy")] == []   # modules run from lib/ only
+    assert [n for n in vb.listdir() if n.startswith("mqb_") and n.endswith((".py", ".mpy"))] == []   # lib/ only

@@ -1,5 +1,6 @@
 # MicroPython tests of firmware/mqb_boot.py (run in the Unix port by tests/conftest.py):
 # on the host filesystem and on littlefs over a RAM flash with power cuts.
+import errno
 import os
 import struct
 from binascii import crc32
@@ -22,46 +23,46 @@ def test_first_boot_is_1_and_each_boot_adds_1():
         got = [BootCounter(p).next() for _ in range(5)]
         assert got == [1, 2, 3, 4, 5]
         assert BootCounter(p).value == 5
-        # the slots alternate: one holds 5, the other 4
+        # both slots hold 5: one rotted slot leaves the other
         with open(p + ".0", "rb") as f:
             a = f.read()
         with open(p + ".1", "rb") as f:
             b = f.read()
-        assert sorted((a, b)) == sorted((_slot(b"BOOT", 5), _slot(b"BOOT", 4)))
+        assert a == b == _slot(b"BOOT", 5), (a, b)
 
 
 def test_torn_or_foreign_slots_never_lower_or_repeat():
+    """Each slot in turn torn (every prefix of the next value), foreign or malformed:
+    the value is never lower than the last one returned, and next() never repeats."""
     with TmpDir("boot2") as d:
         p = d + "/boot"
         bc = BootCounter(p)
         for _ in range(6):
-            bc.next()                                      # 6 in slot 1, 5 in slot 0
-        newest = 1 if BootCounter(p)._c._slot == 1 else 0
-        older = 1 - newest
-        good = {}
+            bc.next()                                      # both slots hold 6
+        cur = 6
+        returned = set(range(1, 7))
         for s in (0, 1):
-            with open("%s.%d" % (p, s), "rb") as f:
-                good[s] = f.read()
-        # every torn form of the slot being written (the older one): prefixes, garbage, empty
-        for cut in range(SLOT_SIZE + 1):
-            with open("%s.%d" % (p, older), "wb") as f:
-                f.write(_slot(b"BOOT", 7)[:cut])
-            v = BootCounter(p).value
-            assert v == (7 if cut == SLOT_SIZE else 6), (cut, v)
-        with open("%s.%d" % (p, older), "wb") as f:
-            f.write(_slot(b"BOOT", 99)[:8] + b"\x00\x00\x00\x00")   # CRC wrong
-        assert BootCounter(p).value == 6
-        with open("%s.%d" % (p, older), "wb") as f:
-            f.write(_slot(b"DROP", 99))                               # another counter's slot
-        assert BootCounter(p).value == 6
-        with open("%s.%d" % (p, older), "wb") as f:
-            f.write(_slot(b"BOOT", 99) + b"x")                        # longer than a slot
-        assert BootCounter(p).value == 6
-        # next() writes the invalid slot, leaving the valid newest one alone
-        assert BootCounter(p).next() == 7
-        with open("%s.%d" % (p, newest), "rb") as f:
-            assert f.read() == good[newest]
-        assert BootCounter(p).next() == 8
+            name = "%s.%d" % (p, s)
+            forms = [_slot(b"BOOT", cur + 1)[:cut] for cut in range(SLOT_SIZE + 1)]
+            forms += [_slot(b"BOOT", 99)[:8] + b"\x00\x00\x00\x00",  # CRC wrong
+                      _slot(b"DROP", 99),                             # another counter's slot
+                      _slot(b"BOOT", 99) + b"x"]                      # longer than a slot
+            for form in forms:
+                with open(name, "wb") as f:
+                    f.write(form)
+                v = BootCounter(p).value
+                assert v == (cur + 1 if form == _slot(b"BOOT", cur + 1) else cur), (s, form, v)
+                with open(name, "wb") as f:
+                    f.write(_slot(b"BOOT", cur))
+            with open(name, "wb") as f:
+                f.write(_slot(b"BOOT", 99)[:5])            # torn: in doubt
+            n = BootCounter(p).next()
+            assert n not in returned and n > cur, (n, returned)
+            returned.add(n)
+            with open(p + ".0", "rb") as f0, open(p + ".1", "rb") as f1:
+                assert f0.read() == f1.read() == _slot(b"BOOT", n)   # next() healed both
+            cur = n
+        assert BootCounter(p).next() == max(returned) + 1     # not in doubt: one step
 
 
 def test_an_io_error_is_not_taken_for_a_missing_slot():
@@ -74,11 +75,11 @@ def test_an_io_error_is_not_taken_for_a_missing_slot():
         os.remove(p + ".1")
         os.mkdir(p + ".1")                     # open() of a directory fails with EISDIR
         e = raises(OSError, BootCounter, p)
-        assert e.args[0] == 21, e.args
+        assert e.args[0] == errno.EISDIR, e.args
         os.rmdir(p + ".1")
-        # slot 1 (value 2) is really gone now, so 2 comes again: deleting the
-        # counter's files by hand repeats numbers (docs/outbox.md says not to)
-        assert BootCounter(p).next() == 2
+        # slot 1 is really gone now: slot 0 still holds 2, and the counter, in
+        # doubt, skips one (a deleted slot never repeats a boot number)
+        assert BootCounter(p).next() == 4
 
 
 def test_slot_counter_refuses_to_go_back():
@@ -119,13 +120,14 @@ def test_power_cut_at_every_flash_operation_never_repeats_a_boot():
     for i in range(300):
         n_ops = _boot_ops(image)
         per_boot.append(n_ops)
-        for k in range(n_ops):
+        k = 0
+        while k < n_ops:
             dev = RAMFlash(4096, 16, image)
             dev.cut_after(k, (i + k) % 2 == 0)
             mount(dev)
             try:
                 BootCounter("/flash/boot").next()
-            except Exception as e:
+            except Exception:
                 # the cut reaches the firmware as PowerCut, or as the OSError
                 # littlefs makes of a failed erase: either way only after it
                 if not dev.dead:
@@ -141,6 +143,8 @@ def test_power_cut_at_every_flash_operation_never_repeats_a_boot():
                 assert BootCounter("/flash/boot").value >= max(returned), "counter went back"
             finally:
                 unmount()
+            k += 1
+            n_ops = _boot_ops(image)        # what the next() on the image after this cut performs
         dev = RAMFlash(4096, 16, image)
         mount(dev)
         try:
@@ -156,3 +160,80 @@ def test_power_cut_at_every_flash_operation_never_repeats_a_boot():
     print("BOOT_SWEEP %d boots returned, %d power cuts (one at every flash operation of every next()), "
           "last boot %d; flash operations per next(): median %d min %d max %d" % (
               len(returned) - 1, cuts, returned[-1], per_boot[len(per_boot) // 2], per_boot[0], per_boot[-1]))
+
+
+def _flip_campaign(path, check):
+    """Flip every bit of every slot file of a counter, one at a time, each time on
+    the consistent state the counter's own code left (both slots read just before):
+    `check(path, snapshot)` boots or reads on the rotted state; it must put back
+    `snapshot` ({slot: bytes}) if it did not store a new value itself."""
+    flips = 0
+    for s in (0, 1):
+        for i in range(SLOT_SIZE):
+            for bit in range(8):
+                snap = {}
+                for k in (0, 1):
+                    with open("%s.%d" % (path, k), "rb") as f:
+                        snap[k] = f.read()
+                bad = bytearray(snap[s])
+                bad[i] ^= 1 << bit
+                with open("%s.%d" % (path, s), "wb") as f:
+                    f.write(bad)
+                check(path, snap)
+                flips += 1
+    return flips
+
+
+def test_bit_flip_campaign_never_repeats_a_boot_nor_loses_a_count():
+    """Issue 23: every single-bit flip of every slot of the boot counter and of a
+    counter like the outbox's dropped counter (192 flips each, at several values):
+    0 repeated boot numbers, 0 counters gone back."""
+    with TmpDir("boot5") as d:
+        returned = []
+        repeats = [0]
+        p = d + "/boot"
+        bc = BootCounter(p)
+        for _ in range(3):
+            returned.append(bc.next())
+
+        def boot_ok(path, snap):
+            n = BootCounter(path).next()        # the device boots on the rotted state
+            if n in returned:
+                repeats[0] += 1
+            returned.append(n)
+        flips = 0
+        for _ in range(3):
+            flips += _flip_campaign(p, boot_ok)
+        assert repeats[0] == 0, repeats
+        assert len(set(returned)) == len(returned)
+
+        q = d + "/dropped"
+        c = SlotCounter(q, b"DROP")
+        went_back = [0]
+        for total in (4, 64, 1 << 20, 0xFFFFFF00):
+            c.store(total)
+
+            def drop_ok(path, snap, total=total):
+                if SlotCounter(path, b"DROP").value < total:
+                    went_back[0] += 1
+                for k in (0, 1):
+                    with open("%s.%d" % (path, k), "wb") as f:
+                        f.write(snap[k])
+            flips += _flip_campaign(q, drop_ok)
+        assert went_back[0] == 0, went_back
+        print("BIT_FLIPS %d single-bit flips of boot and dropped counter slots: "
+              "0 repeated boot numbers, 0 counts gone back" % flips)
+
+
+def test_an_old_layout_with_its_newer_slot_rotted_does_not_repeat():
+    """Devices written by the old code alternate slots (v in one, v-1 in the other);
+    if the newer one rots, the counter is in doubt and skips, so v never comes again."""
+    with TmpDir("boot6") as d:
+        p = d + "/boot"
+        with open(p + ".0", "wb") as f:
+            f.write(_slot(b"BOOT", 5))
+        bad = bytearray(_slot(b"BOOT", 6))
+        bad[5] ^= 0x10
+        with open(p + ".1", "wb") as f:
+            f.write(bad)
+        assert BootCounter(p).next() == 7

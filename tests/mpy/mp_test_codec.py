@@ -1,5 +1,4 @@
 # MicroPython tests of firmware/mqb_codec.py (run in the Unix port by tests/conftest.py).
-import gc
 import json
 import struct
 import micropython

@@ -1,6 +1,7 @@
 # MicroPython tests of firmware/mqb_outbox.py (run in the Unix port by tests/conftest.py):
 # on the host filesystem (VfsPosix, the unix board's flash) and on littlefs over a
 # RAM flash with power cuts (lfs_flash.py).
+import errno
 import gc
 import json
 import os
@@ -205,7 +206,7 @@ class _FlushFailsAfterWriting:
 
     def flush(self):
         self.f.flush()
-        raise OSError(5)   # EIO
+        raise OSError(errno.EIO)
 
     def close(self):
         self.f.close()
@@ -223,13 +224,13 @@ def test_append_that_raised_after_writing_is_superseded_not_duplicated():
         ob = Outbox(root, **cfg)
         assert ob.append(b"zero", 1) == 0 and ob.append(b"one", 1) == 1
         ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
-        assert raises(OSError, ob.append, b"raised A", 1).args[0] == 5     # id 2 in segment A
+        assert raises(OSError, ob.append, b"raised A", 1).args[0] == errno.EIO     # id 2 in segment A
         assert ob.append(b"two", 1) == 2                                    # id 2 again, segment B
         ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
-        assert raises(OSError, ob.append, b"raised B", 1).args[0] == 5     # id 3 in segment B
+        assert raises(OSError, ob.append, b"raised B", 1).args[0] == errno.EIO     # id 3 in segment B
         assert ob.append(b"three", 1) == 3                                  # id 3 again, segment C
         ob._hf.f = _FlushFailsAfterWriting(ob._hf.f)
-        assert raises(OSError, ob.append, b"raised C", 1).args[0] == 5     # id 4, last in C
+        assert raises(OSError, ob.append, b"raised C", 1).args[0] == errno.EIO     # id 4, last in C
         assert {e: v[0] for e, v in _contents(ob).items()} == {0: b"zero", 1: b"one", 2: b"two", 3: b"three"}
         ob.close()
         ob = Outbox(root, **cfg)
@@ -531,7 +532,7 @@ def _sweep(policy, n_appends, step):
         life = Life(stats)
         try:
             _work(dev, life, n_appends, 1, policy)
-        except Exception as e:
+        except Exception:
             if not dev.dead:
                 raise
             if life.ob is not None:

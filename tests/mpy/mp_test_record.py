@@ -1,5 +1,4 @@
 # MicroPython tests of firmware/mqb_record.py (run in the Unix port by tests/conftest.py).
-import gc
 import json
 import struct
 import time
@@ -191,53 +190,66 @@ def test_clock_advances_with_ticks_and_resyncs():
 def test_clock_on_a_32bit_tick_source_wraps_and_stays_below_2_30():
     """Emulate a 32-bit port: ticks_ms wraps at 2**30, ticks_diff is signed 2**29.
     Over 3000 steps of up to 2**29-1 ms across many wraps, s/ms match an exact
-    model and no value the clock computes reaches 2**30 (no bigint on 32-bit)."""
-    PERIOD = 1 << 30
+    model and no value the clock computes reaches 2**30 (no bigint on 32-bit).
+    The emulation itself stays below 2**30 too (tick, wrap count, and the model
+    as s + ms), so it runs unchanged, allocation-free, on a 32-bit port."""
+    PERIOD = 1 << 30         # a long int on 32-bit: only compared with, never computed with
+    MASK = PERIOD - 1        # 2**30 - 1, the largest small int on 32-bit
     HALF = 1 << 29
-    state = {"abs": PERIOD - 1500, "max_d": 0}      # absolute ms, starts just before a wrap
+    # the tick counter (starts just before a wrap), its wraps, the largest |delta| seen
+    state = {"t": PERIOD - 1500, "wraps": 0, "max_d": 0}
 
     def ticks_ms():
-        return state["abs"] % PERIOD
+        return state["t"]
 
     def ticks_diff(a, b):
-        d = ((a - b + HALF) % PERIOD) - HALF
+        d = ((a - b + HALF) & MASK) - HALF
         if abs(d) > state["max_d"]:
             state["max_d"] = abs(d)
         return d
 
+    def advance(step):                              # 0 <= step <= MASK; t + step is never formed
+        t = state["t"]
+        if step > MASK - t:                          # wraps: t + step - 2**30, kept below 2**30
+            t = step - (MASK - t) - 1
+            state["wraps"] += 1
+        else:
+            t += step
+        state["t"] = t
+
     c = TickClock(ticks_ms, ticks_diff)
     s0, ms0 = 100000000, 123
     c.set(s0, ms0, True)
-    start = state["abs"]
+    want_s, want_ms = s0, ms0                       # exact model of the wall clock
     x = 12345
-    wraps = 0
     for i in range(3000):
-        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        x = (x * 1103515245 + 12345) & 0x3FFFFFFF   # 30-bit LCG: small ints on 32-bit too
         step = x % 1000 if i % 3 else x % HALF       # small steps and steps up to 2**29-1
-        before = state["abs"] // PERIOD
-        state["abs"] += step
-        wraps += state["abs"] // PERIOD - before
+        advance(step)
+        want_ms += step % 1000
+        want_s += step // 1000 + want_ms // 1000
+        want_ms %= 1000
         c.now()
-        total = ms0 + state["abs"] - start
-        assert (c.s, c.ms) == (s0 + total // 1000, total % 1000), i
+        assert (c.s, c.ms) == (want_s, want_ms), i
         assert 0 <= c.s < PERIOD and 0 <= c.ms < 1000 and 0 <= c._t < PERIOD
+    wraps = state["wraps"]
     assert state["max_d"] < HALF and ms0 + state["max_d"] < PERIOD   # the largest sum now() forms
     assert wraps > 100, wraps
     print("CLOCK_32BIT_EMULATION steps 3000, tick wraps %d, largest delta %d ms, final s %d" % (wraps, state["max_d"], c.s))
     # a gap longer than half the tick period cannot be measured: counted as 0, time stays monotonic
     s, ms = c.s, c.ms
-    state["abs"] += HALF + 10
+    advance(HALF + 10)
     c.now()
     assert (c.s, c.ms) == (s, ms)
     # and now() under heap_lock: nothing allocated
     micropython.heap_lock()
     try:
         for i in range(1000):
-            state["abs"] += 7
+            advance(7)
             c.now()
     finally:
         micropython.heap_unlock()
-    assert (c.s * 1000 + c.ms) - (s * 1000 + ms) == 7000
+    assert (c.s - s) * 1000 + (c.ms - ms) == 7000
 
 
 def test_set_from_rtc_on_the_unix_port():

@@ -1,12 +1,12 @@
 # Runs test functions of a MicroPython test module inside the Unix port.
 # Usage: micropython mpyunit.py MODULE TEST_NAME [TEST_NAME ...]
 # Prints one line per test:  MPYTEST PASS name  |  MPYTEST FAIL name  (+ traceback)
+# (tests/mpy32 runs the same in the 32-bit WebAssembly port through run()).
 import sys
 
 
-def main():
-    mod_name = sys.argv[1]
-    names = sys.argv[2:]
+def run(mod_name, names):
+    """Run the named tests of module mod_name; return how many failed."""
     mod = __import__(mod_name)
     failed = 0
     for name in names:
@@ -24,7 +24,8 @@ def main():
             failed += 1
         else:
             print("MPYTEST PASS", name)
-    sys.exit(1 if failed else 0)
+    return failed
 
 
-main()
+if __name__ == "__main__":
+    sys.exit(1 if run(sys.argv[1], sys.argv[2:]) else 0)

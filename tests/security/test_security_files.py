@@ -39,6 +39,6 @@ def test_secrets_are_owner_only_and_the_broker_reads_them(tmp_path):
     modes = {p.name: oct(mode(p)) for p in secret + public}
     print(modes)
     assert all(mode(p) == 0o600 for p in secret), modes
-    assert all(mode(p) == 0o644 for p in public), modes
+    assert all(mode(p) == 0o600 for p in public), modes  # public, yet private at rest (issue 23.4)
     with stack.broker, legacy:
         assert stack.broker.running and legacy.running

@@ -8,9 +8,9 @@ import signal
 import sys
 
 from mqbatch.scenarios.demo import MAX_SAMPLE_HZ, Demo, DemoError, DemoOptions
-from mqbatch.util.argtypes import non_negative_float, positive_float, positive_int
+from mqbatch.util.argtypes import heap_size, non_negative_float, positive_float, positive_int
 from mqbatch.util.procs import stop_signals_interrupt
-from mqbatch.util.rundir import DirNotOurs
+from mqbatch.util.rundir import DirInUse, DirNotOurs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,11 +24,19 @@ def run(args: argparse.Namespace) -> int:
         heapsize=args.heapsize,
         baseline=not args.no_baseline,
     )
+    try:
+        opts.check()  # every input, before anything starts (exit 2 like argparse)
+    except DemoError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
     stop = stop_signals_interrupt("demo")
     try:
         with stop:
             return Demo(opts).run()
-    except (DemoError, DirNotOurs) as e:
+    except DirNotOurs as e:  # --run-dir names a folder of the user's: an input error
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    except (DemoError, DirInUse) as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -69,6 +77,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--heapsize",
+        type=heap_size,
         default=d.heapsize,
         help=f"MicroPython heap per device (default {d.heapsize}; the firmware is measured to run in 64K, docs/application.md)",
     )

@@ -10,12 +10,22 @@ import argparse
 import pathlib
 import signal
 import sys
-import time
 
-from mqbatch.lab.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids
-from mqbatch.util.argtypes import host_port, non_negative_float, positive_float, positive_int, read_json_object
+from mqbatch.lab.devices import DEFAULT_HEAP, MAX_SAMPLE_HZ, DeviceError, Fleet, device_ids, progress_lines
+from mqbatch.util.argtypes import (
+    existing_file,
+    heap_size,
+    host_port,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    read_json_object,
+)
 from mqbatch.util.paths import ROOT
-from mqbatch.util.procs import stop_signals_interrupt
+from mqbatch.util.procs import log_tail, stop_signals_interrupt
+from mqbatch.util.rundir import DirInUse, DirNotOurs, claim_dir
+
+RUN_DIR_ENTRIES = frozenset({"stack", "devices"})  # what a run before the rundir marker wrote
 
 
 def _existing_broker(args: argparse.Namespace, ids: list[str]) -> dict:
@@ -55,8 +65,14 @@ def run(args: argparse.Namespace) -> int:
             return 2
     stop = stop_signals_interrupt("devices")
     try:
-        with stop:
+        with stop, claim_dir(pathlib.Path(args.dir), "mqbatch devices", "--dir", RUN_DIR_ENTRIES):
             return _run(args, ids, creds if args.broker else None)
+    except DirNotOurs as e:  # like `demo --run-dir`: a folder of the user's is refused, untouched
+        print(f"devices: {e}", file=sys.stderr)
+        return 2
+    except DirInUse as e:
+        print(f"devices: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         sig = stop.received or signal.SIGINT
         print(
@@ -100,29 +116,21 @@ def _run_fleet(args, ids, run_dir, host, port, creds, ca, hmac_keys=None) -> int
             credentials=creds,
             ca=ca,
             tls=not args.plain,
-            heapsize=None if args.heapsize.lower() == "none" else args.heapsize,
+            heapsize=args.heapsize,
             config=config,
             hmac_keys=hmac_keys,
         ) as fleet:
             fleet.start()
-            t0 = time.monotonic()
-            last = [0.0]
-
-            def progress(f):
-                if time.monotonic() - last[0] >= 5:
-                    last[0] = time.monotonic()
-                    print(
-                        f"devices: {time.monotonic() - t0:5.0f} s, {len(f.running())} running, "
-                        f"{len(f.stored())} records stored",
-                        flush=True,
-                    )
-
+            progress = progress_lines("devices", every_s=5, run_for_s=args.duration)
             codes = fleet.wait(args.duration + args.drain_timeout + 60, progress)
             sums = fleet.summaries()
             for dev in ids:
                 s = sums.get(dev)
                 if s is None:
-                    print(f"{dev}: exit {codes[dev]}, no summary; console tail:\n{fleet.console(dev)[-800:]}")
+                    print(
+                        f"{dev}: exit {codes[dev]}, no summary; its console:\n"
+                        + log_tail(fleet.dir(dev) / "console.log")
+                    )
                 else:
                     print(
                         f"{dev}: exit {codes[dev]}, boot {s['boot']}, sampled {s['sampled']}, "
@@ -153,15 +161,21 @@ def register(sub) -> None:
         default=10,
         help=f"samples per second per device (default 10, at most {MAX_SAMPLE_HZ:g})",
     )
-    p.add_argument("--dir", default=str(ROOT / "run" / "devices"), help="run directory (flash of each device)")
+    p.add_argument(
+        "--dir",
+        default=str(ROOT / "run" / "devices"),
+        help="run directory (flash of each device), wiped at start if an earlier run made it "
+        "(a folder of yours is refused); locked while in use",
+    )
     p.add_argument(
         "--broker", type=host_port, metavar="HOST:PORT", help="an existing broker (default: start a local secured one)"
     )
     p.add_argument("--credentials", help="JSON file {device id: password} (with --broker)")
-    p.add_argument("--ca", help="CA certificate of the broker (with --broker)")
+    p.add_argument("--ca", type=existing_file, help="CA certificate of the broker (with --broker)")
     p.add_argument("--plain", action="store_true", help="plain TCP (development only)")
     p.add_argument(
         "--heapsize",
+        type=heap_size,
         default=DEFAULT_HEAP,
         help=f"MicroPython heap per device (default: {DEFAULT_HEAP}; the firmware is measured to run in 64K, "
         "docs/application.md; 'none': the port's own default)",

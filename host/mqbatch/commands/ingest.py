@@ -9,8 +9,16 @@ import signal
 import sys
 import threading
 
-from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderError
-from mqbatch.util.argtypes import non_negative_float, port_number, positive_float, positive_int
+from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderConfigError, RecorderError
+from mqbatch.util.argtypes import (
+    directory,
+    existing_file,
+    non_negative_float,
+    non_negative_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from mqbatch.util.procs import on_stop_signals
 
 
@@ -40,6 +48,8 @@ def _config(args: argparse.Namespace) -> RecorderConfig:
         progress_seconds=args.progress_seconds,
         silence_warn_s=args.silence_warn_s,
         e2e_ack=args.e2e_ack,
+        device_quota_bytes_per_s=args.device_quota_bytes_per_s,
+        device_quota_burst_bytes=args.device_quota_burst_bytes,
     )
 
 
@@ -61,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return recorder.run(stop)
     except RecorderError as e:
         print(f"ingest: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, RecorderConfigError) else 1
 
 
 def register(sub) -> None:
@@ -70,7 +80,7 @@ def register(sub) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8883)
-    p.add_argument("--landing", required=True, help="landing zone directory")
+    p.add_argument("--landing", required=True, type=directory, help="landing zone directory")
     p.add_argument(
         "--client-id",
         default="mqbatch-recorder-1",
@@ -83,7 +93,7 @@ def register(sub) -> None:
     p.add_argument("--key", help="client private key (PEM)")
     p.add_argument("--username")
     p.add_argument("--password", help="password (prefer --password-file or $MQBATCH_PASSWORD)")
-    p.add_argument("--password-file")
+    p.add_argument("--password-file", type=existing_file)
     p.add_argument(
         "--session-expiry",
         type=positive_int,
@@ -107,5 +117,18 @@ def register(sub) -> None:
         action="store_false",
         help="do not publish end-to-end acknowledgements to mqbatch/<device>/ack (docs/e2e-ack.md; "
         "default: on, for every landed batch with a valid batch-seq property)",
+    )
+    p.add_argument(
+        "--device-quota-bytes-per-s",
+        type=non_negative_int,
+        default=1 << 20,
+        help="payload bytes per second one device may land (token bucket; default 1 MiB/s; 0: no quota). "
+        "Beyond it PUBLISHes are acknowledged but not landed, counted, and not acknowledged end to end",
+    )
+    p.add_argument(
+        "--device-quota-burst-bytes",
+        type=non_negative_int,
+        default=64 << 20,
+        help="bytes a device may send at once beyond its rate (default 64 MiB; 0 with a rate of 0)",
     )
     p.set_defaults(func=run)

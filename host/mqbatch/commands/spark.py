@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 
 from mqbatch.spark.options import add_arguments, check_paths
@@ -152,9 +153,35 @@ def _group_alive(pgid: int) -> bool:
 
 
 def run_child(cmd: list[str], env: dict[str, str]) -> int:
-    """Run spark-submit in its own process group; a signal to us ends the whole group."""
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    """Run spark-submit in its own process group; a signal to us ends the whole group.
+
+    Its output passes through us line by line (the Python driver's stdout and stderr
+    arrive on the JVM's stdout: PythonRunner merges and copies them). After a stop
+    signal, what it prints
+    while it dies goes to a file named in our last line, not to the terminal: the
+    SIGTERM reaches the Python driver while it waits in a py4j call to the JVM (which
+    stops at the same moment), and py4j logs every such interrupted call as an ERROR
+    with a traceback (plus a BrokenPipeError from the closed gateway), or the
+    interrupt escapes the job's SparkSession start-up as a traceback. That is noise
+    about a stop the user asked for, not a failure of the job."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     received: list[int] = []
+    held: list[bytes] = []  # output after the stop signal
+
+    def relay(source, sink):
+        for line in source:
+            if received:
+                held.append(line)
+            else:
+                sink.buffer.write(line)
+                sink.flush()
+
+    relays = [
+        threading.Thread(target=relay, args=(proc.stdout, sys.stdout), name="spark-stdout", daemon=True),
+        threading.Thread(target=relay, args=(proc.stderr, sys.stderr), name="spark-stderr", daemon=True),
+    ]
+    for t in relays:
+        t.start()
 
     def forward(signum, frame):
         received.append(signum)
@@ -174,8 +201,19 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
             signal.signal(s, handler)
     if _group_alive(proc.pid):  # a JVM or Python worker that outlived spark-submit
         os.killpg(proc.pid, signal.SIGKILL)
+    for t in relays:
+        t.join(5)
     if received:
-        print(f"mqbatch spark: stopped by signal {received[0]}; spark-submit and its children ended", file=sys.stderr)
+        where = ""
+        if held:
+            fd, path = tempfile.mkstemp(prefix="mqbatch-spark-stopping-", suffix=".log")
+            with os.fdopen(fd, "wb") as f:
+                f.writelines(held)
+            where = f"; what they printed while stopping ({len(held)} lines): {path}"
+        print(
+            f"mqbatch spark: stopped by {signal.Signals(received[0]).name}; spark-submit and its children ended{where}",
+            file=sys.stderr,
+        )
         return 128 + received[0]
     return code
 

@@ -1,14 +1,17 @@
-"""`mqbatch vboard start|stop|console --dir DIR`: a virtual board (the MicroPython
-Unix port on a pseudo-terminal, mqbatch.lab.vboard) to deploy to like a real one:
+"""`mqbatch vboard start|stop|reset|console --dir DIR`: a virtual board (the MicroPython
+Unix port on a pseudo-terminal with its own littlefs flash image, mqbatch.lab.vboard)
+to deploy to like a real one:
 
     mqbatch vboard start --dir board            # prints the port: board/tty
     mqbatch deploy --port board/tty --board unix --config dev.json
+    mpremote connect board/tty ls               # as with a board: cp, mip install, reset...
+    mqbatch vboard reset --dir board            # a hard reset: main.py runs again
     mqbatch vboard console --dir board --follow # the device's log (board/console.log)
     mqbatch vboard stop --dir board
 
 `start` runs the board in the background (its pid in DIR/vboard.pid) and returns
 once the port is up; `--foreground` keeps it in this process until Ctrl-C,
-SIGTERM or SIGHUP. Either way stopping ends the interpreter and socat too."""
+SIGTERM or SIGHUP. Either way stopping ends the interpreter too."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from mqbatch.lab.vboard import DEFAULT_HEAP, PID_FILE, serve
+from mqbatch.lab.vboard import DEFAULT_FLASH, DEFAULT_HEAP, PID_FILE, parse_size, serve
 
 
 def _running_pid(flash: pathlib.Path) -> int | None:
@@ -48,9 +51,14 @@ def start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    try:
+        parse_size(args.flash_size)
+    except ValueError as e:
+        print(f"vboard: {e}", file=sys.stderr)
+        return 1
     if args.foreground:
         try:
-            return serve(flash, heap)
+            return serve(flash, heap, flash_size=args.flash_size)
         except (OSError, ValueError, TimeoutError) as e:
             print(f"vboard: {e}", file=sys.stderr)
             return 1
@@ -59,7 +67,16 @@ def start(args: argparse.Namespace) -> int:
     log = open(flash / "vboard.log", "ab")
     with log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mqbatch.lab.vboard", str(flash), "--heapsize", heap or "none"],
+            [
+                sys.executable,
+                "-m",
+                "mqbatch.lab.vboard",
+                str(flash),
+                "--heapsize",
+                heap or "none",
+                "--flash-size",
+                args.flash_size,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -84,13 +101,21 @@ def start(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop(args: argparse.Namespace) -> int:
+def _signal_board(args: argparse.Namespace, sig: int) -> tuple[pathlib.Path, int | None]:
+    """Send `sig` to the supervisor of --dir; (its flash dir, its pid or None: no board, said on stderr)."""
     flash = pathlib.Path(args.dir).resolve()
     pid = _running_pid(flash)
     if pid is None:
         print(f"vboard: no board runs in {flash}", file=sys.stderr)
+    else:
+        os.kill(pid, sig)
+    return flash, pid
+
+
+def stop(args: argparse.Namespace) -> int:
+    flash, pid = _signal_board(args, signal.SIGTERM)
+    if pid is None:
         return 1
-    os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout
     while pathlib.Path(f"/proc/{pid}").exists() and _running_pid(flash) == pid:
         if time.monotonic() > deadline:
@@ -98,6 +123,14 @@ def stop(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.1)
     print(f"vboard: stopped the board in {flash}")
+    return 0
+
+
+def reset(args: argparse.Namespace) -> int:
+    flash, pid = _signal_board(args, signal.SIGUSR1)  # the supervisor ends the interpreter and boots it again
+    if pid is None:
+        return 1
+    print(f"vboard: reset the board in {flash}")
     return 0
 
 
@@ -125,7 +158,7 @@ def console(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "vboard",
-        help="a virtual board on a pseudo-terminal, to deploy to (start|stop|console)",
+        help="a virtual board on a pseudo-terminal, to deploy to (start|stop|reset|console)",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -137,13 +170,19 @@ def register(sub) -> None:
         default=DEFAULT_HEAP,
         help=f"MicroPython heap (default {DEFAULT_HEAP}: what the deployed firmware runs in; 'none': the port's own)",
     )
+    s.add_argument(
+        "--flash-size", default=DEFAULT_FLASH, help=f"size of its flash image DIR/flash.img (default {DEFAULT_FLASH})"
+    )
     s.add_argument("--foreground", action="store_true", help="run in this process until Ctrl-C/SIGTERM/SIGHUP")
     s.add_argument("--timeout", type=float, default=20, help="seconds to wait for the port")
     s.set_defaults(func=start)
-    t = actions.add_parser("stop", help="stop the board of --dir (interpreter and socat)")
+    t = actions.add_parser("stop", help="stop the board of --dir (supervisor and interpreter)")
     t.add_argument("--dir", required=True)
     t.add_argument("--timeout", type=float, default=30)
     t.set_defaults(func=stop)
+    r = actions.add_parser("reset", help="hard-reset the board of --dir (boot.py and main.py run again)")
+    r.add_argument("--dir", required=True)
+    r.set_defaults(func=reset)
     c = actions.add_parser("console", help="print the device's log (DIR/console.log)")
     c.add_argument("--dir", required=True)
     c.add_argument("--follow", "-f", action="store_true", help="keep printing what the device writes, until Ctrl-C")

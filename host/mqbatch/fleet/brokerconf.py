@@ -38,8 +38,10 @@ Mechanism (docs/security.md has the threat model and the tested matrix):
   join the share group.
 - `writer` accounts (the umqtt.simple baseline) may only publish under their
   own prefix, which no recorder reads.
-- Nobody may publish to ``$CONTROL/dynamic-security/#``: there is no admin
-  account, the policy is changed by regenerating the file.
+- Nobody may publish to ``$CONTROL/dynamic-security/#`` except the one admin
+  account `mqbatch fleet` makes for live provisioning (`add_admin`, mqbatch.fleet.live;
+  the lab stack has none): its role may send plugin commands and read their answers,
+  nothing else.
 - Limits are sized from the batch limits of the format (spec section 3.3:
   100 records, 65536 payload bytes): see `Limits`.
 
@@ -72,7 +74,9 @@ TLS_VERSION = "tlsv1.2"  # minimum; TLS 1.3 is allowed too
 # TLS 1.2 suites: forward secrecy and AEAD only (no CBC, no SHA-1 MAC). The server key is EC P-256.
 TLS12_CIPHERS = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
 
-DEVICE, RECORDER, WRITER = "device", "recorder", "writer"
+DEVICE, RECORDER, WRITER, ADMIN = "device", "recorder", "writer", "admin"
+CONTROL_TOPIC = "$CONTROL/dynamic-security/v1"  # the plugin's control topic (commands)
+CONTROL_RESPONSE = f"{CONTROL_TOPIC}/response"  # its answers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +94,28 @@ class Limits:
       Beyond them Mosquitto drops new messages for that client (and still
       PUBACKs the sender): size them for the longest recorder outage you must
       survive (bytes / fleet rate).
+    max_connections: per listener, the most clients Mosquitto holds at once (it
+      accepts and closes at once anything over it). Bounds the broker's descriptors
+      and memory (an idle TLS connection costs it ~50 KB: docs/security.md), and
+      stays below the descriptor limit of the service (LimitNOFILE of the generated
+      unit), so the broker never runs out of descriptors.
+    per_source_connections: the most TCP connections one source address (IPv4, or
+      IPv6 /64) may hold to a broker port, enforced in front of Mosquitto by the
+      generated nftables rules (`firewall_rules`): Mosquitto 2.0 has no per-source
+      limit and no deadline for a connection that never sends CONNECT (it drops it
+      after 1.5 x its default keep-alive of 60 s), so without them one source that
+      opens connections and sends nothing locks every device out.
+    per_source_new_per_minute: new connections per minute one source may open
+      (burst: per_source_connections); beyond it, SYNs are refused.
     """
 
     message_size_limit: int = MAX_BATCH_PAYLOAD
     max_packet_size: int = MAX_BATCH_PAYLOAD + TOPIC_AND_PROPERTIES
     max_queued_messages: int = 100_000
     max_queued_bytes: int = 512 << 20
+    max_connections: int = 10_000
+    per_source_connections: int = 64
+    per_source_new_per_minute: int = 120
 
     @property
     def recorder_max_packet_size(self) -> int:
@@ -202,6 +222,21 @@ class Policy:
             )
         )
 
+    def add_admin(self, username: str, password: str | None, client_id: str | None = None) -> Account:
+        """The one administration account (`mqbatch fleet`'s live provisioning, mqbatch.fleet.live):
+        publishes plugin commands on CONTROL_TOPIC and reads the answers; nothing else."""
+        return self._add(
+            Account(
+                username,
+                password,
+                client_id or username,
+                ADMIN,
+                publish=(CONTROL_TOPIC,),
+                subscribe=(CONTROL_RESPONSE,),
+                receive=(CONTROL_RESPONSE,),
+            )
+        )
+
     def add_writer(self, username: str, password: str | None, client_id: str | None = None) -> Account:
         """A writer outside mqbatch/ (the baseline client): publishes under <username>/ only."""
         return self._add(Account(username, password, client_id or username, WRITER, publish=(f"{username}/#",)))
@@ -235,7 +270,9 @@ class Policy:
             "roles": roles,
         }
 
-    def broker_options(self, *, cert_identity: bool = False, save_every_change: bool = False) -> dict:
+    def broker_options(
+        self, *, cert_identity: bool = False, save_every_change: bool = False, payload_limit: bool = True
+    ) -> dict:
         """Keyword arguments for mqbatch.lab.broker.Mosquitto: the plugin, the limits, TLS
         versions/suites, no anonymous access. cert_identity: the listener authenticates
         by client certificate (CN = username) and binds the client id to it.
@@ -246,7 +283,12 @@ class Policy:
         an offline client as a change and rewrites the whole database after each loop that
         had one, so during a recorder outage the broker slows down as its queue grows
         (measured, docs/fleet.md: 196 instead of 8,687 PUBLISH/s with 1,000 queued, ~35 at
-        3,500)."""
+        3,500).
+        payload_limit: also `message_size_limit` (a payload over the batch limit is refused
+        with PUBACK 0x95). Mosquitto 2.0.11 prints a deprecation note at every start when it
+        is set ("It is recommended to replace `message_size_limit` with `max_packet_size`"):
+        `mqbatch fleet` leaves it out (max_packet_size bounds every packet; a payload
+        between the two limits is landed and quarantined by the Spark job with its reason)."""
         opts = {
             "allow_anonymous": False,
             "dynamic_security": self.dynamic_security(),
@@ -254,11 +296,51 @@ class Policy:
             "max_packet_size": self.limits.max_packet_size,
             "max_queued_messages": self.limits.max_queued_messages,
             "max_queued_bytes": self.limits.max_queued_bytes,
+            "max_connections": self.limits.max_connections,
             "tls_version": TLS_VERSION,
             "ciphers": TLS12_CIPHERS,
         }
+        if not payload_limit:
+            del opts["message_size_limit"]
         if save_every_change:
             opts.update(autosave_on_changes=True, autosave_interval=1)
         if cert_identity:
             opts.update(require_certificate=True, use_identity_as_username=True, use_username_as_clientid=True)
         return opts
+
+
+FIREWALL_TABLE = "mqbatch_broker"
+
+
+def firewall_rules(ports: list[int], limits: Limits = LIMITS, table: str = FIREWALL_TABLE) -> str:
+    """nftables rules (``nft -f FILE``) that bound what one source can hold on the
+    broker's ports: at most limits.per_source_connections TCP connections per IPv4
+    address or IPv6 /64 (conntrack count), and at most
+    limits.per_source_new_per_minute new connections per minute per source; beyond
+    either, the SYN is answered with a TCP reset. Own table: applying the file
+    replaces only this table (it deletes it first), not the host's other rules."""
+    if not ports or not all(isinstance(p, int) and 1 <= p <= 65535 for p in ports):
+        raise ValueError(f"ports {ports!r}: give the broker's TCP listener ports (1-65535)")
+    if not table.replace("_", "").isalnum():
+        raise ValueError(f"nftables table name {table!r}: letters, digits and '_' only")
+    dports = "{ " + ", ".join(str(p) for p in sorted(set(ports))) + " }"
+    n, rate = limits.per_source_connections, limits.per_source_new_per_minute
+    return f"""\
+# mqbatch broker: per-source connection limits (generated; see docs/fleet.md, "Connection limits").
+# Apply: nft -f THIS_FILE   (as root; replaces only table inet {table}). Check: nft list table inet {table}
+table inet {table}
+delete table inet {table}
+table inet {table} {{
+	set conn4 {{ type ipv4_addr; size 65535; flags dynamic; }}
+	set conn6 {{ type ipv6_addr; size 65535; flags dynamic; }}
+	set new4 {{ type ipv4_addr; size 65535; flags dynamic,timeout; timeout 2m; }}
+	set new6 {{ type ipv6_addr; size 65535; flags dynamic,timeout; timeout 2m; }}
+	chain input {{
+		type filter hook input priority filter; policy accept;
+		tcp dport {dports} ct state new add @conn4 {{ ip saddr ct count over {n} }} counter reject with tcp reset
+		tcp dport {dports} ct state new add @conn6 {{ ip6 saddr and ffff:ffff:ffff:ffff:: ct count over {n} }} counter reject with tcp reset
+		tcp dport {dports} ct state new update @new4 {{ ip saddr limit rate over {rate}/minute burst {n} packets }} counter reject with tcp reset
+		tcp dport {dports} ct state new update @new6 {{ ip6 saddr and ffff:ffff:ffff:ffff:: limit rate over {rate}/minute burst {n} packets }} counter reject with tcp reset
+	}}
+}}
+"""

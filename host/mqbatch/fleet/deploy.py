@@ -218,6 +218,25 @@ for n in %s:
 """
 
 
+# sys.platform of each board type: a config for another board is refused by name
+BOARD_PLATFORMS = {"esp32": "esp32", "rp2040": "rp2", "unix": "linux"}
+
+
+def check_board(port: str, plan: Plan) -> None:
+    """The board at `port` must be of the plan's type (its sys.platform), before anything is copied."""
+    out = _mpremote(
+        port, plan.settings, "reading the board type", "exec", "import sys; print('PLATFORM', sys.platform)"
+    )
+    got = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("PLATFORM ") and len(ln.split()) == 2), None)
+    want = BOARD_PLATFORMS.get(plan.board)
+    if got != want:
+        named = {v: k for k, v in BOARD_PLATFORMS.items()}.get(got or "")
+        raise DeployError(
+            f"the board at {port} is not a {plan.board} board: it runs MicroPython for {got or 'an unknown port'}"
+            + (f" (--board {named})" if named else "")
+        )
+
+
 def _mpremote(port: str, settings: dict, what: str, *args: str, timeout: float = 120) -> str:
     """Run one mpremote step on the board at `port`; `what` names the step in errors
     (never the on-board script itself)."""
@@ -264,6 +283,7 @@ def _wait_back(port: str, timeout: float = 30) -> None:
 def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, str]:
     """Copy the plan's files to the board at `port`, verify their SHA-256, reset."""
     check_port(port)
+    check_board(port, plan)
     _mpremote(port, plan.settings, "removing stale module files", "exec", _CLEAN_SCRIPT % json.dumps(plan.remove))
     names = sorted(plan.files)
     log(f"deploy: copying {len(names)} files to {port}")

@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mqbatch.util.private import private_dir, write_private
+
 SERVER_NAMES = ("localhost", "127.0.0.1")
 
 
@@ -89,8 +91,8 @@ def _write(directory: pathlib.Path, stem: str, cert: x509.Certificate, key: ec.E
     pkcs8 = serialization.PrivateFormat.PKCS8
     none = serialization.NoEncryption()
     for path, data, mode in (
-        (paths.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644),
-        (paths.cert_der, cert.public_bytes(serialization.Encoding.DER), 0o644),
+        (paths.cert, cert.public_bytes(serialization.Encoding.PEM), 0o600),  # public, yet 0600: private at rest
+        (paths.cert_der, cert.public_bytes(serialization.Encoding.DER), 0o600),
         (paths.key, key.private_bytes(serialization.Encoding.PEM, pkcs8, none), 0o600),
         (paths.key_der, key.private_bytes(serialization.Encoding.DER, pkcs8, none), 0o600),
     ):
@@ -177,8 +179,7 @@ def make_pki(
     and one client cert per name in `clients`, all under `directory` (created).
     Valid certificates start one hour ago (clock skew) and last `days` days."""
     directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o755)
+    private_dir(directory, tighten=True)
     now = _dt.datetime.now(_dt.timezone.utc)
     start, end = now - _dt.timedelta(hours=1), now + _dt.timedelta(days=days)
 
@@ -310,6 +311,5 @@ def write_crl(path: str | os.PathLike, ca_cert: x509.Certificate, ca_key, revoke
             x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now - _dt.timedelta(hours=1)).build()
         )
     path = pathlib.Path(path)
-    path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
-    os.chmod(path, 0o644)
+    write_private(path, builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
     return path

@@ -9,6 +9,7 @@ A fleet directory holds everything one Mosquitto 2.0 broker and its devices need
     DIR/broker/mosquitto.conf       start with `mosquitto -c DIR/broker/mosquitto.conf`
     DIR/broker/dynamic-security.json  accounts, password hashes, roles (0600)
     DIR/broker/data/                persistence
+    DIR/broker/nftables.conf        per-source connection limits in front of the broker (`nft -f`, as root)
     DIR/recorder/password           the recorder's password (0600), for `mqbatch ingest --password-file`
     DIR/recorder/hmac-keys.json     every device's batch-hmac key (0600), for `mqbatch spark --hmac-keys`
     DIR/devices/<id>/config.json    the device's config (holds its password and hmac_key: 0600)
@@ -50,10 +51,13 @@ from collections.abc import Sequence
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from mqbatch.fleet.brokerconf import RECORDER, RECORDER_CLIENT_ID, Policy, password_hash
+from mqbatch.fleet import live, units
+from mqbatch.fleet.brokerconf import RECORDER, RECORDER_CLIENT_ID, Policy, firewall_rules, password_hash
 from mqbatch.fleet.deploy import BOARD_NAMES
 from mqbatch.fleet.pki import issue_client, issue_server, load_ca, make_ca, write_crl
 from mqbatch.util.paths import BOARDS, DYNSEC_PLUGIN
+from mqbatch.util.private import private_dir, write_private
+from mqbatch.wire.device_id import device_id_problem
 from mqbatch.wire.integrity import HMAC_KEY_BYTES, write_hmac_keys
 
 FLEET_FILE = "fleet.json"
@@ -69,10 +73,10 @@ LISTENER_KEYS = (
     "require_certificate",
     "use_identity_as_username",
     "use_username_as_clientid",
+    "max_connections",
 )
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\Z")
-_DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 class FleetError(RuntimeError):
@@ -84,23 +88,13 @@ def _now() -> str:
 
 
 def _private_dir(path: pathlib.Path) -> pathlib.Path:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
+    return private_dir(path, tighten=True)
 
 
 def write_file(path: pathlib.Path, data: str | bytes, mode: int = 0o600) -> pathlib.Path:
     """Replace `path` atomically (temporary file, fsync, rename) with `data`, mode `mode`
     from the first byte on (a reader never sees a partial or world-readable secret)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    os.fchmod(fd, mode)
-    with open(fd, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_private(path, data, mode)
 
 
 def _host_ok(name: str) -> bool:
@@ -112,12 +106,11 @@ def _host_ok(name: str) -> bool:
 
 
 def check_device_id(device_id: str) -> str:
-    """A device id is also its username, client id, topic level and directory name."""
-    if not _DEVICE_ID.match(device_id):
-        raise FleetError(
-            f"device id {device_id!r} is not usable: 1-64 characters of A-Z a-z 0-9 _ . -, "
-            "starting with a letter or digit (it names the account, the client id, the topic and a directory)"
-        )
+    """A device id is also its username, client id, topic level and directory name: the
+    one rule of mqbatch.wire.device_id (the Spark job checks topics with the same)."""
+    problem = device_id_problem(device_id)
+    if problem is not None:
+        raise FleetError(f"not usable: {problem} (it names the account, the client id, the topic and a directory)")
     return device_id
 
 
@@ -131,7 +124,9 @@ class FleetDir:
         self.broker = self.root / "broker"
         self.conf = self.broker / "mosquitto.conf"
         self.dynsec = self.broker / "dynamic-security.json"
+        self.firewall = self.broker / "nftables.conf"
         self.recorder_password = self.root / "recorder" / "password"
+        self.admin_password = self.root / "admin" / "password"
         self.hmac_keys = self.root / "recorder" / "hmac-keys.json"
         self.ca_cert = self.pki / "ca.crt"
         self.crl = self.pki / "ca.crl"
@@ -153,7 +148,7 @@ class FleetDir:
         return state
 
     def save(self, state: dict) -> None:
-        write_file(self.state_path, json.dumps(state, indent=1) + "\n", 0o644)
+        write_file(self.state_path, json.dumps(state, indent=1) + "\n", 0o600)
 
     def load_hmac_keys(self) -> dict[str, bytes]:
         """{device: key} of recorder/hmac-keys.json ({} before the first `fleet add`)."""
@@ -191,6 +186,8 @@ def _policy(state: dict) -> Policy:
     policy.add_recorder(rec["username"], None, client_id=rec["client_id"])
     for dev in state["devices"]:
         policy.add_device(dev, None)
+    if state.get("admin"):
+        policy.add_admin(state["admin"]["username"], None)
     return policy
 
 
@@ -229,7 +226,8 @@ def broker_conf(fd: FleetDir, state: dict, policy: Policy) -> str:
     global and listener keys, persistence, logging; every file by absolute path. A
     second listener (mtls_port) authenticates by client certificate (CN = account)."""
     b = state["broker"]
-    options = policy.broker_options(save_every_change=b["save_every_change"])
+    # no message_size_limit: Mosquitto 2.0.11 prints a deprecation note for it at every start
+    options = policy.broker_options(save_every_change=b["save_every_change"], payload_limit=False)
     glob = [
         f"user {pwd.getpwuid(os.geteuid()).pw_name}",
         "per_listener_settings false",
@@ -250,11 +248,13 @@ def broker_conf(fd: FleetDir, state: dict, policy: Policy) -> str:
     glob += [f"{k} {_conf_value(v)}" for k, v in options.items() if k not in LISTENER_KEYS and k != "dynamic_security"]
     listeners = _listener(fd, b["port"], b.get("bind"), options)
     if b.get("mtls_port"):
-        listeners += _listener(fd, b["mtls_port"], b.get("bind"), policy.broker_options(cert_identity=True))
+        listeners += _listener(
+            fd, b["mtls_port"], b.get("bind"), policy.broker_options(cert_identity=True, payload_limit=False)
+        )
         listeners.append(f"crlfile {fd.crl}")
     head = [
         "# mqbatch fleet broker, generated by `mqbatch fleet`; `mqbatch fleet add` rewrites it.",
-        f"# start: mosquitto -c {fd.conf}   (restart after `mqbatch fleet add`)",
+        f"# start: mosquitto -c {fd.conf}   (`mqbatch fleet add/remove` change a running broker live)",
     ]
     return "\n".join(head + glob + listeners) + "\n"
 
@@ -270,6 +270,9 @@ def _write_broker(fd: FleetDir, state: dict, new_passwords: dict[str, str]) -> N
     _private_dir(fd.broker / "data")
     write_file(fd.dynsec, json.dumps(doc, indent=1) + "\n", 0o600)
     write_file(fd.conf, broker_conf(fd, state, policy), 0o600)
+    b = state["broker"]
+    ports = [b["port"]] + ([b["mtls_port"]] if b.get("mtls_port") else [])
+    write_file(fd.firewall, firewall_rules(ports, policy.limits), 0o600)
     if state["broker"].get("mtls_port"):  # the certificates of rotated devices are revoked
         ca_cert, ca_key = load_ca(fd.ca_cert, fd.root / state["ca"]["key"])
         write_crl(fd.crl, ca_cert, ca_key, [int(r["serial"], 16) for r in state.get("revoked", [])])
@@ -333,17 +336,26 @@ def init(
         raise FleetError(f"the dynamic-security plugin {DYNSEC_PLUGIN} is missing (Debian package mosquitto)")
     existed = fd.root.exists()
     try:
-        for d in (fd.root, fd.pki, fd.broker, fd.recorder_password.parent, fd.root / "devices"):
+        for d in (
+            fd.root,
+            fd.pki,
+            fd.broker,
+            fd.recorder_password.parent,
+            fd.admin_password.parent,
+            fd.root / "devices",
+        ):
             _private_dir(d)
         if ca_cert is None:
             pair = make_ca(fd.pki, f"mqbatch fleet CA {hosts[0]}")
             cert, key = load_ca(pair.cert, pair.key)
         else:
-            write_file(fd.ca_cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-            write_file(fd.pki / "ca.der", cert.public_bytes(serialization.Encoding.DER), 0o644)
+            write_file(fd.ca_cert, cert.public_bytes(serialization.Encoding.PEM), 0o600)
+            write_file(fd.pki / "ca.der", cert.public_bytes(serialization.Encoding.DER), 0o600)
         issue_server(fd.pki, hosts, cert, key)
         password = secrets.token_urlsafe(24)
         write_file(fd.recorder_password, password + "\n", 0o600)
+        admin_password = secrets.token_urlsafe(32)
+        write_file(fd.admin_password, admin_password + "\n", 0o600)
         state = {
             "version": 1,
             "created": _now(),
@@ -357,9 +369,11 @@ def init(
             },
             "ca": {"cert": "pki/ca.crt", "key": "pki/ca.key" if ca_cert is None else None, "own": ca_cert is None},
             "recorder": {"username": RECORDER, "client_id": RECORDER_CLIENT_ID, "password_file": "recorder/password"},
+            # live provisioning (mqbatch.fleet.live): may only send dynamic-security commands
+            "admin": {"username": live.ADMIN, "password_file": "admin/password"},
             "devices": {},
         }
-        _write_broker(fd, state, {RECORDER: password})
+        _write_broker(fd, state, {RECORDER: password, live.ADMIN: admin_password})
         fd.save(state)
     except BaseException:
         _undo_init(fd, existed)  # nothing half-made is left behind
@@ -486,7 +500,7 @@ def add(
     written = []
     for dev in device_ids:
         d = _private_dir(fd.device_dir(dev))
-        write_file(d / "ca.der", ca_der, 0o644)
+        write_file(d / "ca.der", ca_der, 0o600)
         if client_cert:
             ca_cert, ca_key = load_ca(fd.ca_cert, fd.root / state["ca"]["key"])
             issue_client(d, dev, ca_cert, ca_key)  # client.der/.crt 0644, client.key(.der) 0600
@@ -532,13 +546,88 @@ def remove(root: str | os.PathLike, device_ids: list[str]) -> None:
         shutil.rmtree(fd.device_dir(dev), ignore_errors=False)
 
 
-def ingest_command(fd: FleetDir, state: dict, landing: str = "LANDING_DIR") -> str:
-    b, rec = state["broker"], state["recorder"]
-    return (
-        f"mqbatch ingest --host {b['hosts'][0]} --port {b['port']} --cafile {fd.ca_cert} "
-        f"--username {rec['username']} --password-file {fd.root / rec['password_file']} "
-        f"--client-id {rec['client_id']} --landing {landing}"
+def live_update(
+    root: str | os.PathLike, *, added: Sequence[str] = (), rotated: Sequence[str] = (), removed: Sequence[str] = ()
+) -> str:
+    """Apply what `add`/`remove` just wrote to the running broker, without a restart
+    (mqbatch.fleet.live: the dynamic-security plugin's commands, as the fleet's admin
+    account). Returns one line for the user; FleetError if a running broker refused.
+    A broker that is not running loads the written file when it starts."""
+    fd = FleetDir(root)
+    state = fd.load()
+    b = state["broker"]
+    where = f"{b['hosts'][0]}:{b['port']}"
+    admin = state.get("admin")
+    if not admin:
+        return f"this fleet has no admin account (made before live provisioning): restart mosquitto ({fd.conf})"
+    password = (fd.root / admin["password_file"]).read_text(encoding="utf-8").strip()
+    policy = _policy(state)
+    commands: list[dict] = []
+    for dev in list(added) + list(rotated):
+        cfg = json.loads((fd.device_dir(dev) / "config.json").read_text(encoding="utf-8"))
+        commands += live.device_commands(policy.accounts[dev], cfg["broker"].get("password"), new=dev in added)
+    for dev in removed:
+        commands += live.removal_commands(dev, f"device:{dev}")
+    crl = (
+        "; revoked client certificates are refused once the broker restarts (it reads its CRL at start)"
+        if b.get("mtls_port") and (rotated or removed)
+        else ""
     )
+    if not commands:
+        return "nothing to change on the running broker" + crl
+    try:
+        live.send(b["hosts"][0], b["port"], str(fd.ca_cert), password, commands)
+    except live.LiveError as e:
+        if e.unreachable:
+            return f"no broker answers at {where} ({e}): it loads the change from {fd.dynsec} when it starts"
+        raise FleetError(
+            f"the running broker at {where} was not changed: {e}; restart it to load {fd.dynsec}"
+        ) from None
+    _write_broker(fd, state, {})  # the plugin saved its own state to the file: ours stays the reference
+    return f"applied to the running broker at {where} ({len(commands)} plugin commands; no restart){crl}"
+
+
+def ingest_args(fd: FleetDir, state: dict) -> list[str]:
+    """`mqbatch ingest`'s arguments for this fleet's recorder (all but --landing)."""
+    b, rec = state["broker"], state["recorder"]
+    return [
+        *("--host", b["hosts"][0], "--port", str(b["port"]), "--cafile", str(fd.ca_cert)),
+        *("--username", rec["username"], "--password-file", str(fd.root / rec["password_file"])),
+        *("--client-id", rec["client_id"]),
+    ]
+
+
+def ingest_command(fd: FleetDir, state: dict, landing: str = "LANDING_DIR") -> str:
+    return " ".join(["mqbatch", "ingest", *ingest_args(fd, state), "--landing", landing])
+
+
+def write_units(
+    root: str | os.PathLike,
+    *,
+    landing: str | os.PathLike,
+    spark_out: str | os.PathLike,
+    user: str | None = None,
+    mqbatch: str | None = None,
+) -> list[pathlib.Path]:
+    """Write DIR/systemd/*.service (mqbatch.fleet.units): the broker (and its firewall
+    rules), the recorder into `landing`, the streaming Spark job into `spark_out`.
+    user: the account the services run as (default: the owner of DIR)."""
+    fd = FleetDir(root)
+    state = fd.load()
+    try:
+        texts = units.units(
+            fd.root,
+            state,
+            landing=pathlib.Path(landing).resolve(),
+            spark_out=pathlib.Path(spark_out).resolve(),
+            user=user or units.owner(fd.root),
+            mqbatch=mqbatch or units.default_mqbatch(),
+            ingest_args=ingest_args(fd, state),
+        )
+    except ValueError as e:
+        raise FleetError(str(e)) from None
+    out = _private_dir(fd.root / "systemd")
+    return [write_file(out / name, text) for name, text in texts.items()]
 
 
 def show(root: str | os.PathLike) -> list[str]:
@@ -552,7 +641,9 @@ def show(root: str | os.PathLike) -> list[str]:
         + (f" (client certificates: port {b['mtls_port']})" if b.get("mtls_port") else "")
         + f", bound to {b.get('bind') or 'all addresses'}",
         f"  start:  mosquitto -c {fd.conf}",
-        f"  policy: {fd.dynsec} (0600; restart mosquitto after `mqbatch fleet add`)",
+        f"  policy: {fd.dynsec} (0600; `fleet add/remove` also change a running broker: admin account "
+        f"{(state.get('admin') or {}).get('username', 'none: restart mosquitto after changes')})",
+        f"  per-source connection limits: nft -f {fd.firewall}   (as root, before opening the port)",
         f"  CA:     {fd.ca_cert}" + ("" if state["ca"]["own"] else " (your CA; its key is not stored here)"),
         f"recorder: user {state['recorder']['username']}, client id {state['recorder']['client_id']}, "
         f"password in {fd.root / state['recorder']['password_file']}",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import errno
 import fcntl
 import itertools
 import json
@@ -35,6 +36,8 @@ import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from mqbatch.util.private import open_private, private_dir
 
 WAL_DIR = "_wal"
 FRAME = struct.Struct("<II")  # body length, CRC-32 of the body
@@ -64,6 +67,15 @@ SCHEMA = pa.schema(
 )
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+# errors of the landing disk that the recorder waits out (it stops acknowledging and
+# retries): full, read-only, failing, over quota, file too big
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EIO, errno.EDQUOT, errno.EFBIG})
+
+
+def is_disk_error(e: BaseException) -> bool:
+    """True for an OSError of the landing disk that may go away by itself (DISK_ERRNOS)."""
+    return isinstance(e, OSError) and e.errno in DISK_ERRNOS
 
 
 @dataclasses.dataclass
@@ -280,7 +292,7 @@ def write_parquet_atomic(table: pa.Table, directory: pathlib.Path, name: str) ->
     """Write `name` so that readers see either nothing or the complete file."""
     tmp = directory / f".{name}.tmp"
     final = directory / name
-    with open(tmp, "wb") as f:
+    with open(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:  # 0600 whatever the umask
         pq.write_table(table, f, compression="zstd")
         f.flush()
         os.fsync(f.fileno())
@@ -301,7 +313,8 @@ class LandingWriter:
         chunk_bytes: int = 8 << 20,
         on_replay=None,
     ):
-        """on_replay(rows): called at start for each chunk of rows (list of Landed) that the
+        """on_replay(rows): called at start for each chunk of rows (Landed with topic and user
+        properties, payload left out) that the
         previous run's WAL segments held, as they are converted (the recorder acknowledges
         them end to end again: docs/e2e-ack.md)."""
         self.dir = pathlib.Path(directory)
@@ -311,8 +324,16 @@ class LandingWriter:
         self.roll_seconds = roll_seconds
         self.chunk_bytes = chunk_bytes  # WAL bytes per Parquet row group when rolling (bounds memory)
         self.wal_dir = self.dir / WAL_DIR
-        self.wal_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.wal_dir / f"{recorder}.lock", "a+")
+        private_dir(self.dir)  # the folders it creates are 0700 (a folder the user made is left as it is)
+        private_dir(self.wal_dir, tighten=True)
+        lock_path = self.wal_dir / f"{recorder}.lock"
+        try:
+            lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:  # a read-only or full disk: an existing lock file still locks
+            if not (is_disk_error(e) and lock_path.exists()):
+                raise
+            lock_fd = os.open(lock_path, os.O_RDONLY)
+        self._lock = open(lock_fd, "rb")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -321,7 +342,17 @@ class LandingWriter:
         self.files_rolled = 0
         self.rows_landed = 0  # rows in the segments rolled by this writer
         self.torn: list[tuple[str, int]] = []  # (WAL name, bytes dropped) found at recovery
-        self.recovered: list[pathlib.Path] = self._recover()
+        # WAL segments closed but not yet in Parquet because the disk failed (converted by repair())
+        self.unconverted: list[int] = []
+        # the previous run's WAL could not be converted (a disk error): repair() retries it
+        self.recovery_error: OSError | None = None
+        self.recovered: list[pathlib.Path] = []
+        try:
+            self.recovered = self._recover()
+        except OSError as e:
+            if not is_disk_error(e):
+                raise
+            self.recovery_error = e
         self.segment = self._next_segment()
         self._wal: int | None = None  # file descriptor of the open WAL segment
         self._wal_rows = self._wal_size = 0
@@ -355,15 +386,20 @@ class LandingWriter:
         name = parquet_name(self.recorder, segment)
         tmp, final = self.dir / f".{name}.tmp", self.dir / name
         rows = 0
-        with open(tmp, "wb") as f:
-            with pq.ParquetWriter(f, SCHEMA, compression="zstd") as pw:
-                for chunk in reader.chunks():
-                    pw.write_table(to_table(chunk, self.recorder, segment, rows), row_group_size=len(chunk))
-                    rows += len(chunk)
-                    if on_rows is not None:
-                        on_rows(chunk)
-            f.flush()
-            os.fsync(f.fileno())
+        replay: list[list[Landed]] = []  # for on_rows once the file is in place (a retried conversion: once)
+        try:
+            with open(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:  # 0600
+                with pq.ParquetWriter(f, SCHEMA, compression="zstd") as pw:
+                    for chunk in reader.chunks():
+                        pw.write_table(to_table(chunk, self.recorder, segment, rows), row_group_size=len(chunk))
+                        rows += len(chunk)
+                        if on_rows is not None:  # topic and properties only: no payloads kept
+                            replay.append([Landed(m.topic, b"", m.user_properties) for m in chunk])
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)  # give the space back; the WAL stays
+            raise
         size = wal.stat().st_size
         if reader.end < size:  # a torn last frame: written, never fsync'd, never acknowledged
             self.torn.append((wal.name, size - reader.end))
@@ -378,6 +414,9 @@ class LandingWriter:
             tmp.unlink()
         wal.unlink()
         _fsync_dir(self.wal_dir)
+        for chunk in replay:
+            assert on_rows is not None
+            on_rows(chunk)
         return out
 
     # -- the open segment ----------------------------------------------------
@@ -402,13 +441,51 @@ class LandingWriter:
         it back from paho's busy network thread costs up to the switch interval.)"""
         if self._wal is None:
             return
-        view = memoryview(self._pending)
-        while view:
-            view = view[os.write(self._wal, view) :]
-        self._wal_size += len(self._pending)
-        del view
-        self._pending.clear()
+        whole = view = memoryview(self._pending)
+        try:
+            while view:
+                view = view[os.write(self._wal, view) :]
+        finally:  # released even if a write fails (the traceback keeps this frame; abandon() clears the buffer)
+            view.release()
+            whole.release()
         os.fsync(self._wal)
+        self._wal_size += len(self._pending)  # durable only now (abandon() cuts back to it)
+        self._pending.clear()
+
+    def abandon(self) -> None:
+        """After a failed append or commit: drop what was appended since the last commit
+        (never acknowledged), cut the open segment back to what was committed and close
+        it (a write after a failed fsync proves nothing: the next commit goes to a new
+        segment); its committed frames are converted into Parquet by repair()."""
+        self._pending.clear()
+        if self._wal is None:
+            return
+        fd, self._wal = self._wal, None
+        try:
+            os.ftruncate(fd, self._wal_size)
+        except OSError:
+            pass  # a torn tail is dropped when the segment is read (CRC)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        self.unconverted.append(self.segment)
+        self.segment += 1
+
+    @property
+    def needs_repair(self) -> bool:
+        return self.recovery_error is not None or bool(self.unconverted)
+
+    def repair(self) -> None:
+        """Finish what a disk error interrupted: convert the previous run's WAL and the
+        segments closed since. Raises the disk's error again while it lasts."""
+        self.wait_rolled()
+        if self.recovery_error is not None:
+            self.recovered += self._recover()
+            self.recovery_error = None
+        while self.unconverted:
+            self._convert(self.unconverted[0])
+            self.unconverted.pop(0)
 
     @property
     def pending_rows(self) -> int:
@@ -456,13 +533,20 @@ class LandingWriter:
     def _convert_in_thread(self, segment: int) -> None:
         try:
             self.rolled.append(self._convert(segment))
-        except BaseException as e:  # reported by the writer's next call (_check_roller)
+        except OSError as e:
+            if is_disk_error(e):  # the WAL stays: repair() converts it once the disk is back
+                self.unconverted.append(segment)
+            self._roll_error = e  # reported by the writer's next call (_check_roller)
+        except BaseException as e:
             self._roll_error = e
 
     def _check_roller(self) -> None:
         if self._roll_error is not None:
             e, self._roll_error = self._roll_error, None
-            raise OSError(f"rolling a segment into Parquet failed (its WAL is kept): {type(e).__name__}: {e}") from e
+            text = f"rolling a segment into Parquet failed (its WAL is kept): {type(e).__name__}: {e}"
+            if isinstance(e, OSError) and e.errno is not None:  # kept: a disk error is waited out (is_disk_error)
+                raise OSError(e.errno, text) from e
+            raise OSError(text) from e
 
     def wait_rolled(self) -> None:
         """Wait for a background roll to finish; raise its error if it failed."""
@@ -483,6 +567,9 @@ class LandingWriter:
 def read_landing(directory: str | os.PathLike) -> pa.Table:
     """All complete landing files of a directory as one table (tests, tools)."""
     files = sorted(pathlib.Path(directory).glob("landing-*.parquet"))
+    odd = [f.name for f in files if not f.is_file()]
+    if odd:  # never skipped in silence: a folder named like a landing file is not one
+        raise ValueError(f"{directory}: {', '.join(odd[:5])} named like landing files but not regular files")
     if not files:
         return SCHEMA.empty_table()
     return pa.concat_tables([pq.read_table(f, schema=SCHEMA) for f in files])

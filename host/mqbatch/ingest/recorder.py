@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import queue
 import ssl
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -44,9 +45,21 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from mqbatch.fleet.brokerconf import LIMITS
-from mqbatch.ingest import e2eack
-from mqbatch.ingest.landing import Landed, LandingWriter, check_name
+from mqbatch.ingest import e2eack, quota
+from mqbatch.ingest.landing import Landed, LandingWriter, check_name, is_disk_error
 from mqbatch.util import paho_compat
+
+# CONNACK/SUBACK reason codes that mean the configuration is wrong (retrying cannot
+# help): unsupported protocol version, client id not valid, bad user name or password,
+# not authorized, banned, bad authentication method.
+CONFIG_REFUSALS = frozenset({0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C})
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+DISK_RETRY_FIRST_S, DISK_RETRY_MAX_S = 1.0, 30.0  # back-off while the landing disk fails
+
+
+class _Stopping(Exception):
+    """The recorder stops while landing is blocked by the disk."""  # back-off of the first connection (paho's for later ones: 1-10 s)
+
 
 paho_compat.install()  # U+FEFF in a property must not kill the network thread (mqbatch.util.paho_compat)
 
@@ -78,6 +91,10 @@ class RecorderError(RuntimeError):
     """The recorder cannot run (connection refused, not authorised, subscription rejected...)."""
 
 
+class RecorderConfigError(RecorderError):
+    """The recorder's configuration is wrong (e.g. it does not trust the broker's certificate): exit status 2."""
+
+
 @dataclasses.dataclass
 class RecorderConfig:
     host: str
@@ -105,6 +122,9 @@ class RecorderConfig:
     progress_seconds: float = 5.0
     silence_warn_s: float = 60.0  # warn loudly after this long without a PUBLISH (0: never); see _check_silence
     e2e_ack: bool = True  # acknowledge batches with a batch-seq end to end (docs/e2e-ack.md)
+    # per-device payload byte quota (mqbatch.ingest.quota); 0: none
+    device_quota_bytes_per_s: int = 1 << 20
+    device_quota_burst_bytes: int = 64 << 20
 
     def __post_init__(self):
         check_name(self.client_id)
@@ -114,6 +134,15 @@ class RecorderConfig:
             raise ValueError("session_expiry must be > 0: the broker must keep messages while the recorder is down")
         if not 1 <= self.receive_maximum <= 65535:
             raise ValueError(f"receive_maximum must be 1..65535, got {self.receive_maximum}")
+        if self.device_quota_bytes_per_s < 0 or self.device_quota_burst_bytes < 0:
+            raise ValueError("device quota rate and burst must be >= 0 (0: no quota)")
+        if bool(self.device_quota_bytes_per_s) != bool(self.device_quota_burst_bytes):
+            raise ValueError("device quota: give both a rate and a burst (or 0 for both: no quota)")
+        if 0 < self.device_quota_burst_bytes < self.max_packet_size:
+            raise ValueError(
+                f"device quota burst {self.device_quota_burst_bytes} B is smaller than one packet "
+                f"({self.max_packet_size} B): no big batch would ever fit"
+            )
         if not 1024 <= self.max_packet_size <= 268435455:
             raise ValueError(f"max_packet_size must be 1024..268435455 bytes, got {self.max_packet_size}")
 
@@ -128,6 +157,7 @@ class _Item:
     mid: int
     qos: int
     generation: int
+    refused: bool = False  # over its device's quota: acknowledged, not landed (mqbatch.ingest.quota)
 
 
 class Recorder:
@@ -140,6 +170,11 @@ class Recorder:
         self.out = out
         self.received = self.landed = self.acked = 0
         self.error: str | None = None
+        self.config_error = False  # the error is bad configuration (exit status 2)
+        self.landing_blocked = 0  # times landing was blocked by the disk (full, read-only, I/O error)
+        self.disk_blocked = False  # blocked right now
+        self._stopping = threading.Event()  # run() is ending: a blocked landing gives up
+        self._net_problem: str | None = None  # the connection problem last logged (None: none)
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._durable: collections.deque[_Item] = collections.deque()  # landed (fsync'd), PUBACK not sent yet
         self._ack_lock = threading.Lock()
@@ -148,6 +183,12 @@ class Recorder:
         self._subscribed = threading.Event()
         self._failed = threading.Event()
         self.e2e = e2eack.AckBatcher() if cfg.e2e_ack else None
+        self.quota = (
+            quota.DeviceQuota(cfg.device_quota_bytes_per_s, cfg.device_quota_burst_bytes)
+            if cfg.device_quota_bytes_per_s
+            else None
+        )
+        self._over_quota: set[str] = set()
         self.e2e_sent = 0
         self._warned_seq = False
         self._e2e_out: collections.deque[tuple[str, bytes]] = collections.deque()  # durable, ack not sent yet
@@ -167,6 +208,12 @@ class Recorder:
             self._say(
                 f"{self.e2e.acked} replayed batches will be acknowledged end to end again "
                 f"({len(self._e2e_out)} ack PUBLISHes)"
+            )
+        if self.writer.recovery_error is not None:
+            e = self.writer.recovery_error
+            self._say(
+                f"cannot convert the previous run's WAL yet ({errno.errorcode.get(e.errno or 0, e.errno)}: {e}): "
+                f"it stays in {self.writer.wal_dir}; landing starts blocked and retries"
             )
         for path in self.writer.recovered:
             self._say(f"recovered the previous run's open segment into {path.name}")
@@ -201,8 +248,13 @@ class Recorder:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         if reason_code.is_failure:
-            self._fail(f"broker refused the connection: {reason_code} ({reason_code.value:#04x})")
+            text = f"broker refused the connection: {reason_code} ({reason_code.value:#04x})"
+            if reason_code.value in CONFIG_REFUSALS:  # retrying cannot help: the configuration is wrong
+                self._fail(f"{text}: check --username, --password-file/--cert and --client-id", config=True)
+            else:  # server unavailable, busy, quota, rate...: paho reconnects with back-off
+                self._net_state(f"{text}; retrying with back-off")
             return
+        self._net_state(None)
         self._generation += 1
         self._say(
             f"connected to {self.cfg.host}:{self.cfg.port} as {self.cfg.client_id} "
@@ -213,7 +265,11 @@ class Recorder:
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
         bad = [rc for rc in reason_codes if rc.is_failure]
         if bad:
-            self._fail(f"subscription {self.cfg.subscription} rejected: {bad[0]} ({bad[0].value:#04x})")
+            self._fail(
+                f"subscription {self.cfg.subscription} rejected: {bad[0]} ({bad[0].value:#04x}): the broker's "
+                f"policy does not let this account join the share group (check --group, --filter, the account)",
+                config=bad[0].value in CONFIG_REFUSALS,
+            )
         else:
             self._say(f"subscribed {self.cfg.subscription} (granted QoS {reason_codes[0].value})")
             self._subscribed.set()
@@ -225,23 +281,80 @@ class Recorder:
 
     def _on_message(self, client, userdata, msg: mqtt.MQTTMessage):
         landed = landed_from_message(msg, time.time_ns() // 1000)
-        self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation))
+        refused = False
+        if self.quota is not None:
+            device = quota.device_of(landed.topic)
+            refused = not self.quota.admit(device, len(landed.payload), time.monotonic())
+            if refused != (device in self._over_quota):
+                self._quota_state(device, refused)
+        # in the queue either way: PUBACKs go out in arrival order ([MQTT-4.6.0-2])
+        self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation, refused))
         if self._durable or self._e2e_out:
             self._send_acks()  # here, PUBACKs go out in this loop pass (see _commit)
 
-    def _fail(self, text: str) -> None:
+    def _quota_state(self, device: str, over: bool) -> None:
+        """One line when a device goes over its quota, and one when it is back within it."""
+        assert self.quota is not None
+        if over:
+            self._over_quota.add(device)
+            self._say(
+                f"device {device[:64]!r} is over its quota ({self.cfg.device_quota_bytes_per_s} B/s, burst "
+                f"{self.cfg.device_quota_burst_bytes} B): its PUBLISHes are acknowledged but not landed "
+                f"(no end-to-end ack: a device with an outbox sends them again); counted"
+            )
+        else:
+            self._over_quota.discard(device)
+            self._say(f"device {device[:64]!r} is within its quota again ({self.quota.by_device[device]} refused)")
+
+    def _fail(self, text: str, config: bool = False) -> None:
+        """Stop with an error: exit status 2 if the configuration is wrong (refused
+        credentials or rights: retrying cannot help), else 1."""
         self.error = text
+        self.config_error = self.config_error or config
         self._say(f"error: {text}")
         self._failed.set()
 
+    def _net_state(self, text: str | None) -> None:
+        """Log a change of the connection's state once (None: connected), not every retry."""
+        if text != self._net_problem:
+            if text is not None:
+                self._say(text)
+            elif self._net_problem is not None:
+                self._say(f"reachable again: {self.cfg.host}:{self.cfg.port}")
+            self._net_problem = text
+
+    def _connect_first(self, stop: threading.Event, props: Properties) -> bool:
+        """The first connection, retried like every later one (paho's reconnect_delay):
+        a recorder started while the broker is down or flooded waits for it instead of
+        exiting. Only an untrusted server certificate is final (a wrong --cafile or
+        --host). Returns False if `stop` was set before a connection was made."""
+        cfg, delay = self.cfg, RETRY_FIRST_S
+        while not stop.is_set():
+            try:
+                self.client.connect(cfg.host, cfg.port, keepalive=cfg.keepalive, clean_start=False, properties=props)
+                return True
+            except ssl.SSLCertVerificationError as e:
+                raise RecorderConfigError(
+                    f"the broker {cfg.host}:{cfg.port} presented a certificate this recorder does not trust "
+                    f"({e.verify_message}): check --cafile and --host"
+                ) from None
+            except (OSError, ssl.SSLError) as e:
+                kind = type(e).__name__ + (f" {errno.errorcode.get(e.errno, e.errno)}" if e.errno else "")
+                self._net_state(
+                    f"cannot connect to {cfg.host}:{cfg.port} ({kind}: {e}); retrying with back-off "
+                    f"({RETRY_FIRST_S:.0f} s doubling to {RETRY_MAX_S:.0f} s), one line per change"
+                )
+                stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+        return False
+
     # -- landing -----------------------------------------------------------------
     def _commit(self, items: list[_Item]) -> None:
-        for it in items:
-            self.writer.append(it.msg)
-        self.writer.commit()  # durable before any PUBACK goes out
-        self.landed += len(items)
+        kept = [it for it in items if not it.refused]
+        self._land(kept)  # durable before any PUBACK goes out
+        self.landed += len(kept)
         if self.e2e is not None:
-            self._note_e2e(it.msg for it in items)
+            self._note_e2e(it.msg for it in kept)
             self._e2e_out.extend(self.e2e.drain())  # ranges merged per device and boot over the group
         self._durable.extend(it for it in items if it.qos > 0)
         if self._queue.empty():
@@ -250,6 +363,48 @@ class Recorder:
         # queued from this thread wakes paho's network loop for one extra pass each time,
         # which cost more CPU than the landing itself. If no PUBLISH comes (all in flight
         # are queued here), this thread empties the queue and sends them on its next commit.
+
+    def _land(self, items: list[_Item]) -> None:
+        """Append and fsync `items` (and first finish what an earlier disk error left:
+        LandingWriter.repair). On a disk error (full, read-only, I/O: landing.DISK_ERRNOS)
+        nothing is acknowledged and nothing more is taken from the queue, so the broker
+        stops sending (at most --receive-maximum PUBLISHes are unacknowledged) and keeps
+        queuing; the same items are retried with back-off (1 s doubling to 30 s) until
+        they are durable, with one line per change of state. Raises _Stopping if the
+        recorder is stopped meanwhile (the items are then neither landed nor acked:
+        the broker redelivers them)."""
+        delay, since, last = DISK_RETRY_FIRST_S, 0.0, None
+        while True:
+            try:
+                if self.writer.needs_repair:
+                    self.writer.repair()
+                    if self.e2e is not None and self.e2e:  # replayed from the previous run's WAL
+                        self._e2e_out.extend(self.e2e.drain())
+                for it in items:
+                    self.writer.append(it.msg)
+                self.writer.commit()
+                break
+            except OSError as e:
+                if not is_disk_error(e):
+                    raise
+                self.writer.abandon()
+                state = errno.errorcode.get(e.errno or 0, str(e.errno))
+                if last is None:
+                    since = time.monotonic()
+                    self.landing_blocked += 1
+                if state != last:
+                    self._say(
+                        f"landing blocked: {state}: {e}. Nothing more is acknowledged or taken from the broker "
+                        f"(it keeps the messages); retrying with back-off, every {DISK_RETRY_MAX_S:.0f} s at most"
+                    )
+                    last = state
+                self.disk_blocked = True
+                if self._stopping.wait(delay):
+                    raise _Stopping() from None
+                delay = min(delay * 2, DISK_RETRY_MAX_S)
+        if last is not None:
+            self.disk_blocked = False
+            self._say(f"landing resumed after {time.monotonic() - since:.1f} s blocked ({last}); acknowledging again")
 
     def _note_e2e(self, msgs) -> None:
         """Collect the e2e ack ranges of landed (or replayed) messages; warn about the first bad batch-seq."""
@@ -280,7 +435,13 @@ class Recorder:
 
     def _writer_loop(self, done: threading.Event) -> None:
         try:
+            if self.writer.needs_repair:
+                self._land([])
             self._land_until_sentinel()
+        except _Stopping:
+            self._say(
+                "stopped while landing was blocked: what was not landed is not acknowledged (the broker keeps it)"
+            )
         except Exception as e:  # any landing failure (disk full, I/O error) stops the recorder, loudly
             self._fail(f"landing failed, nothing more is acknowledged: {type(e).__name__}: {e}")
         finally:
@@ -308,8 +469,16 @@ class Recorder:
                 self._commit(items)
             elif self._durable or self._e2e_out:
                 self._send_acks()
+            if self.writer.needs_repair:  # a background roll met a disk error: wait it out
+                self._land([])
             if self.writer.due():  # converted in the background: PUBACKs go on meanwhile
-                self.writer.roll_in_background()
+                try:
+                    self.writer.roll_in_background()
+                except OSError as e:
+                    if not is_disk_error(e):
+                        raise
+                    self.writer.abandon()  # its committed frames are converted by repair()
+                    self._land([])
             while self.writer.rolled:
                 path = self.writer.rolled.pop(0)
                 if path is not None:
@@ -366,6 +535,42 @@ class Recorder:
                 "be received; stopping. What was landed was acknowledged; the broker redelivers the rest"
             )
 
+    def _close_connection(self, timeout: float = 5.0) -> None:
+        """Disconnect without losing the last PUBACKs. paho writes DISCONNECT and closes the
+        socket at once; the broker keeps sending PUBLISHes until it reads the DISCONNECT, and
+        closing a socket with unread data makes the kernel send a reset, which discards what
+        the broker had received but not yet read: the last PUBACKs (and the DISCONNECT: Mosquitto
+        logs "Protocol error"), so acknowledged messages came back as duplicates (seen in
+        tests/ingest/test_ingest.py::test_recorder_offline_periods...). So: let paho write
+        what is queued, stop its loop, send DISCONNECT ourselves and read (and drop: they are
+        not acknowledged, the broker redelivers them) until the broker closes the connection."""
+        client = self.client
+        if self._network_thread is None or not client.is_connected():
+            client.disconnect()
+            client.loop_stop()
+            return
+        deadline = time.monotonic() + timeout
+        # paho 2.1 keeps unsent packets in Client._out_packet (no public accessor)
+        while getattr(client, "_out_packet", None) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.loop_stop()
+        sock: Any = client.socket()  # the ssl.SSLSocket paho made (typed as its SocketLike protocol)
+        if sock is None:
+            return
+        try:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            for pkt in list(getattr(client, "_out_packet", None) or ()):  # the rest of a partly written packet
+                sock.sendall(pkt["packet"][pkt["pos"] :])
+            sock.sendall(b"\xe0\x00")  # DISCONNECT, reason 0x00 Normal disconnection
+            self._say("disconnected: Normal disconnection")
+            while sock.recv(65536):
+                pass  # PUBLISHes sent before the broker read our DISCONNECT: not acknowledged
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            self._generation += 1
+            client._sock_close()  # paho's own close (it also forgets the socket)
+
     # -- lifecycle ---------------------------------------------------------------
     def run(self, stop: threading.Event, connect_timeout: float = 30.0) -> int:
         """Record until `stop` is set (or a fatal error). Returns an exit status."""
@@ -378,16 +583,15 @@ class Recorder:
         writer = threading.Thread(target=self._writer_loop, args=(writer_done,), name="landing-writer", daemon=True)
         writer.start()
         try:
-            try:
-                self.client.connect(cfg.host, cfg.port, keepalive=cfg.keepalive, clean_start=False, properties=props)
-            except (OSError, ssl.SSLError) as e:
-                raise RecorderError(f"cannot connect to {cfg.host}:{cfg.port}: {e}") from None
-            self.client.loop_start()
-            self._network_thread = self.client._thread
+            if self._connect_first(stop, props):
+                self.client.loop_start()
+                self._network_thread = self.client._thread
             deadline = time.monotonic() + connect_timeout
             while not (stop.is_set() or self._failed.is_set() or self._subscribed.is_set()):
-                if time.monotonic() > deadline:
-                    raise RecorderError(f"no CONNACK/SUBACK from {cfg.host}:{cfg.port} within {connect_timeout} s")
+                if deadline and time.monotonic() > deadline:  # paho keeps trying: say so once
+                    self._say(f"no CONNACK/SUBACK from {cfg.host}:{cfg.port} within {connect_timeout} s; still trying")
+                    deadline = 0
+                self._check_network_thread()
                 time.sleep(0.05)
             while not (stop.is_set() or self._failed.is_set()):
                 stop.wait(0.2)
@@ -398,10 +602,10 @@ class Recorder:
             # undelivered messages stay on the broker). Whatever arrives after that is
             # neither landed nor acknowledged: the broker redelivers it on reconnect, so a
             # clean stop leaves no duplicate behind.
+            self._stopping.set()
             self._queue.put(None)
             writer_done.wait(60)
-            self.client.disconnect()
-            self.client.loop_stop()
+            self._close_connection()
             left = self._queue.qsize()
             try:
                 path = self.writer.close()
@@ -417,6 +621,12 @@ class Recorder:
                 f"{self.files_rolled} files rolled{f', last {path.name}' if path else ''}"
                 f"{f', {left} unacknowledged left to the broker' if left else ''}"
                 + (
+                    f"; over quota: {self.quota.refused} PUBLISHes ({self.quota.refused_bytes} B) refused, from "
+                    f"{len(self.quota.by_device)} devices"
+                    if self.quota is not None
+                    else "; no device quota"
+                )
+                + (
                     f"; e2e acks: {e2e.acked} batches in {self.e2e_sent} ack PUBLISHes, {e2e.invalid} with an "
                     f"invalid batch-seq, {e2e.without} without one"
                     f"{f', {len(self._e2e_out)} acks not sent (no connection)' if self._e2e_out else ''}"
@@ -424,4 +634,4 @@ class Recorder:
                     else "; e2e acks off"
                 )
             )
-        return 1 if self.error else 0
+        return (2 if self.config_error else 1) if self.error else 0

@@ -67,7 +67,9 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 
+from mqbatch.util import private
 from mqbatch.util.paths import DYNSEC_PLUGIN, MOSQUITTO  # noqa: E402  (where Debian installs them)
+from mqbatch.util.procs import tail_lines
 
 HOST = "127.0.0.1"
 
@@ -97,12 +99,7 @@ def password_line(username: str, password: str, iterations: int = 101) -> str:
 def write_private(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Write `text` to `path` readable and writable by its owner only (0600), also
     when the file already existed with wider permissions."""
-    path = pathlib.Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
+    return private.write_private(path, text)
 
 
 def _bool(v: bool) -> str:
@@ -143,6 +140,7 @@ class Mosquitto:
         max_topic_alias: int | None = None,
         max_inflight_messages: int | None = None,
         max_qos: int | None = None,
+        max_connections: int | None = None,
         retain_available: bool | None = None,
         persistence: bool = False,
         autosave_interval: int | None = None,
@@ -151,7 +149,7 @@ class Mosquitto:
         executable: str | os.PathLike = MOSQUITTO,
     ):
         self.directory = pathlib.Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private.private_dir(self.directory, tighten=True)
         self.host = HOST
         self._fixed_port = port is not None
         self.port = port if port is not None else free_port()
@@ -203,7 +201,7 @@ class Mosquitto:
         glob.append(f"persistence {_bool(persistence)}")
         if persistence:
             data = self.directory / "data"
-            data.mkdir(exist_ok=True)
+            private.private_dir(data, tighten=True)
             glob.append(f"persistence_location {data}/")
             if autosave_interval is not None:
                 glob.append(f"autosave_interval {autosave_interval}")
@@ -231,6 +229,8 @@ class Mosquitto:
             lst.append(f"max_topic_alias {max_topic_alias}")
         if max_qos is not None:
             lst.append(f"max_qos {max_qos}")
+        if max_connections is not None:  # per listener (brokerconf.Limits.max_connections)
+            lst.append(f"max_connections {int(max_connections)}")
         self._listener_lines = lst
         self._extra = list(extra)
         self._write_conf()
@@ -245,7 +245,7 @@ class Mosquitto:
             + self._listener_lines
             + self._extra
         )
-        self.conf_path.write_text("\n".join(lines) + "\n")
+        private.write_private(self.conf_path, "\n".join(lines) + "\n")
 
     @property
     def config(self) -> str:
@@ -283,7 +283,7 @@ class Mosquitto:
 
     def _start_once(self, timeout: float) -> None:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self._log_file = open(self.log_path, "ab")
+        self._log_file = open(private.open_private(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         self.process = subprocess.Popen(
             [str(self.executable), "-c", str(self.conf_path)],
             stdout=self._log_file,
@@ -297,14 +297,15 @@ class Mosquitto:
                 self._close_log()
                 raise BrokerError(
                     f"mosquitto exited with status {self.process.returncode} at start "
-                    f"(port {self.port}):\n{self.logs(since=offset)}"
+                    f"(port {self.port}):\n{tail_lines(self.logs(since=offset), path=self.log_path)}"
                 )
             if " running" in self.logs(since=offset) and self._accepts():
                 return
             time.sleep(0.05)
         self.kill()
         raise BrokerError(
-            f"mosquitto did not listen on {self.host}:{self.port} within {timeout} s:\n{self.logs(since=offset)}"
+            f"mosquitto did not listen on {self.host}:{self.port} within {timeout} s:\n"
+            f"{tail_lines(self.logs(since=offset), path=self.log_path)}"
         )
 
     def _accepts(self) -> bool:

@@ -31,7 +31,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import time
 from mqbatch.fleet.deploy import compile_firmware
 from mqbatch.lab.romfs_run import build_image
 from mqbatch.util.paths import BOARDS
+from mqbatch.util.private import open_private, private_dir, write_private
 from mqbatch.util.procs import end_process
 
 DEFAULT_HEAP = "96K"  # see the module docstring: 64K is the measured floor, not a default with margin
@@ -68,6 +68,33 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
+def progress_lines(name: str, every_s: float = 10.0, out=None, run_for_s: float | None = None):
+    """A Fleet.wait() progress callback: one line every `every_s` s (elapsed time, devices
+    running, records stored on flash so far: each device's MQB-STORED lines); after
+    `run_for_s`, how many devices are still draining their outbox. What was published is
+    known when a device ends (its MQB-SUMMARY)."""
+    t0 = time.monotonic()
+    last = [t0]
+
+    def progress(fleet: "Fleet") -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            running, total = len(fleet.running()), len(fleet.procs)
+            what = (
+                f"sampling over, {running} of {total} devices still draining their outbox"
+                if run_for_s is not None and now - t0 > run_for_s
+                else f"{running} of {total} devices running"
+            )
+            print(
+                f"{name}: {now - t0:5.0f} s, {what}, {len(fleet.stored())} records stored on flash so far",
+                file=out or sys.stdout,
+                flush=True,
+            )
+
+    return progress
+
+
 def device_ids(count: int, prefix: str = "dev") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
@@ -88,7 +115,7 @@ class Fleet:
         hmac_keys: dict[str, bytes] | None = None,
     ):
         self.run_dir = pathlib.Path(run_dir).resolve()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir, tighten=True)  # flash directories hold passwords and outboxes: 0700
         self.credentials = dict(credentials)
         self.heapsize = heapsize
         self.firmware = self.run_dir / "firmware"
@@ -99,7 +126,7 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen] = {}
         for dev, password in self.credentials.items():
             d = self.dir(dev)
-            d.mkdir(parents=True, exist_ok=True)
+            private_dir(d, tighten=True)
             cfg = {
                 "device_id": dev,
                 "broker": {
@@ -116,7 +143,7 @@ class Fleet:
                     raise DeviceError(
                         "TLS needs the broker's CA certificate (`mqbatch devices --ca FILE`; ca= in Python)"
                     )
-                shutil.copyfile(ca, d / "ca.pem")
+                write_private(d / "ca.pem", pathlib.Path(ca).read_bytes())
                 cfg["broker"]["ca"] = "ca.pem"
             merged = _merged(DEVICE_DEFAULTS, config or {})
             merged.setdefault("broker", {}).update(cfg.pop("broker"))
@@ -124,9 +151,8 @@ class Fleet:
             if hmac_keys and dev in hmac_keys:
                 merged["hmac_key"] = hmac_keys[dev].hex()  # batch-hmac key (docs/format.md)
             # the config holds the device's password (and hmac_key): readable by its owner only
-            with open(os.open(d / "config.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                f.write(json.dumps(merged, indent=1))
-            shutil.copyfile(BOARDS / "unix" / "boot.py", d / "boot.py")
+            write_private(d / "config.json", json.dumps(merged, indent=1))
+            write_private(d / "boot.py", (BOARDS / "unix" / "boot.py").read_bytes())
 
     def dir(self, dev: str) -> pathlib.Path:
         return self.run_dir / dev
@@ -147,10 +173,16 @@ class Fleet:
             + ["-c", "import boot; import main"]
         )
         env = dict(os.environ, MICROPYPATH=".frozen")
-        log = open(self.dir(dev) / "console.log", "ab")
+        log = open(open_private(self.dir(dev) / "console.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         try:
             self.procs[dev] = subprocess.Popen(
-                cmd, cwd=self.dir(dev), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                cmd,
+                cwd=self.dir(dev),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                umask=0o077,  # what the firmware writes (outbox, journal) is 0600 whatever our umask
             )
         finally:
             log.close()

@@ -27,6 +27,7 @@ import secrets
 from mqbatch.fleet.brokerconf import LIMITS, RECORDER, RECORDER_CLIENT_ID, Limits, Policy  # noqa: F401 (re-exported)
 from mqbatch.fleet.pki import make_pki
 from mqbatch.lab.broker import Mosquitto
+from mqbatch.util.private import private_dir
 from mqbatch.wire.integrity import HMAC_KEY_BYTES, write_hmac_keys  # noqa: F401 (re-exported)
 
 BASELINE = "baseline"  # the umqtt.simple comparison client (mqbatch.scenarios.baseline)
@@ -44,7 +45,7 @@ class LocalStack:
         recorders: int = 1,
     ):
         self.run_dir = pathlib.Path(run_dir).resolve()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir, tighten=True)
         self.pki = make_pki(self.run_dir / "pki", clients=[RECORDER])
         self.credentials = {d: secrets.token_urlsafe(12) for d in devices}
         self.hmac_keys = {d: secrets.token_bytes(HMAC_KEY_BYTES) for d in devices}

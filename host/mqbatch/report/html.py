@@ -1,5 +1,10 @@
-"""The demo's HTML report: one self-contained file (inline SVG from mqbatch.report.svgchart,
-no script, no external asset; it opens offline).
+"""The HTML report of a Spark output directory: one self-contained file (inline SVG
+from mqbatch.report.svgchart, no script, no external asset; it opens offline).
+
+    write_report(spark_out)                          # -> spark_out/report.html
+    write_report(spark_out, html_path, run=RunInfo(...))   # the demo: faults, events, its table
+
+or, in parts:
 
     table = read_records(spark_out / "records")        # flat or partitioned (date=YYYY-MM-DD/)
     html = render(RunInfo(...), report_json, table)
@@ -7,9 +12,9 @@ no script, no external asset; it opens offline).
 Sections: header (run parameters, generation time, versions), outcome table,
 records per second per device (small multiples), latency (log axis, p50/p95/p99),
 the telemetry itself (each sensor and health channel over time per device),
-bytes on the wire, quarantine, injected faults, the raw report.json (collapsed).
-Every time chart shares one axis: seconds since the devices started, with the
-fault windows shaded."""
+bytes on the wire (when measured), quarantine, injected faults, the raw report.json
+(collapsed). Every time chart shares one axis: seconds since the run started (the
+first record landed, without a RunInfo), with the fault windows shaded."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import html
 import json
 import math
 import os
+import pathlib
 import platform
 from collections.abc import Sequence
 
@@ -40,6 +46,9 @@ UNITS = {
     "sampled_total": "records",
     "outbox_bytes": "bytes",
 }
+TITLES = {  # a channel whose name alone misleads
+    "outbox_bytes": "outbox files on flash",
+}
 SKIP_CHANNELS = {"last_error", "sampled_total", "dropped_total"}  # counters the table already shows
 
 
@@ -51,19 +60,45 @@ class RunInfo:
     events: list[tuple[float, str]]  # (t s, text)
     headers: list[str]  # the outcome table (the same as the console summary)
     rows: list[list]
-    wire_bars: list[tuple[str, float]]  # bytes on the wire per record
+    wire_bars: list[tuple[str, float]]  # bytes on the wire per record (empty: not measured, no section)
     lost: list = dataclasses.field(default_factory=list)
     links: dict = dataclasses.field(default_factory=dict)  # name -> relative path (report.json, records/...)
+    title: str = "mqbatch demo report"
+    time_label: str = "seconds since the run started"
+    # what the outcome line can claim: the demo compares with what devices stored; a
+    # Spark output alone knows only what landed
+    stored_known: bool = True
+    # device reconnect back-off of the run, for the text under the records chart
+    device_backoff_ms: tuple[int, int] | None = None
+
+
+class ReportError(ValueError):
+    """The directory is not a Spark output the report can be made from (one sentence)."""
+
+
+# the recorder's MQTT client retries with paho's doubling back-off: 1, 2, 4, 8 s, at most 10 s
+# (mqbatch/ingest/recorder.py: reconnect_delay_set(1, 10))
+RECORDER_BACKOFF_S = (1, 10)
 
 
 def read_records(path: os.PathLike | str, extra: Sequence[str] = ()):
     """The curated records table (the report's columns + `extra`): one Parquet directory,
     flat or partitioned by `date=YYYY-MM-DD` (hive style); Spark's _SUCCESS/.crc files are ignored."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     dataset = ds.dataset(str(path), format="parquet", partitioning="hive")
     cols = [c for c in RECORD_COLUMNS + list(extra) if c in dataset.schema.names]
-    return dataset.to_table(columns=cols)
+    table = dataset.to_table(columns=cols)
+    if "device" not in table.column_names:  # no record yet (an empty run, a stream before its first batch)
+        ts = pa.timestamp("us", tz="UTC")
+        reading = pa.struct(
+            [("channel", pa.int32()), ("name", pa.string()), ("value", pa.int64()), ("scaled", pa.float64())]
+        )
+        types = {"device": pa.string(), "kind": pa.string(), "device_time": ts, "received_at": ts}
+        types.update(latency_ms=pa.float64(), readings=pa.list_(reading), boot=pa.int64(), seq=pa.int64())
+        table = pa.table({c: pa.array([], types.get(c, pa.string())) for c in RECORD_COLUMNS + list(extra)})
+    return table
 
 
 def _seconds(col, start_wall: float) -> list[float | None]:
@@ -113,7 +148,53 @@ def series(table, start_wall: float) -> dict:
                     channels.setdefault(name, {}).setdefault(d, []).append((t, v))
     width = max(span[1] / 300, 0.5)
     channels = {n: {d: _binned(p, width) for d, p in per.items()} for n, per in channels.items()}
-    return {"span": span, "rate": rate, "latency": latency, "channels": channels, "bin_s": bin_s}
+    arrivals = sorted(t for t in recv if t is not None)
+    return {
+        "span": span,
+        "rate": rate,
+        "latency": latency,
+        "channels": channels,
+        "bin_s": bin_s,
+        "arrivals": arrivals,
+    }
+
+
+def first_arrival_after(arrivals: list[float], t: float) -> float | None:
+    """The first landing time >= t (arrivals sorted), None if nothing landed after t."""
+    import bisect
+
+    i = bisect.bisect_left(arrivals, t)
+    return arrivals[i] if i < len(arrivals) else None
+
+
+def fault_gaps_text(faults: list[svgchart.Fault], arrivals: list[float], device_backoff_ms=None) -> str:
+    """Why records land again only some seconds after a fault ends, with the gap measured here."""
+    parts = []
+    for start, end, label in faults:
+        first = first_arrival_after(arrivals, end)
+        if first is None:
+            continue
+        gap = f"records landed again {first - end:.1f} s after the {label} ended"
+        if "outage" in label:
+            lo, hi = RECORDER_BACKOFF_S
+            parts.append(
+                f"After the {label} ({start:.0f}-{end:.0f} s) {gap}: the recorder lost its connection too, and its "
+                f"MQTT client (paho-mqtt) retries with a doubling back-off ({lo}, 2, 4, 8 s, at most {hi} s; "
+                "mqbatch/ingest/recorder.py), so it comes back up to that long after the broker; the devices, back "
+                "sooner, publish into the broker's queue for the recorder's persistent session meanwhile (and keep "
+                "each batch on flash until the recorder acknowledges it)."
+            )
+        else:
+            backoff = (
+                f" (this run: {device_backoff_ms[0]} ms doubling to at most {device_backoff_ms[1]} ms, with jitter)"
+                if device_backoff_ms
+                else ""
+            )
+            parts.append(
+                f"After the {label} ({start:.0f}-{end:.0f} s) {gap}: each device reconnects after its own "
+                f"back-off{backoff} and a TLS handshake, then sends its backlog."
+            )
+    return " ".join(parts)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -180,7 +261,7 @@ def _explain(text: str) -> str:
 
 def _channel_title(name: str) -> str:
     unit = UNITS.get(name)
-    return name.replace("_", " ") + (f" ({unit})" if unit else "")
+    return TITLES.get(name, name.replace("_", " ")) + (f" ({unit})" if unit else "")
 
 
 def render(run: RunInfo, rep: dict, records) -> str:
@@ -198,6 +279,12 @@ def render(run: RunInfo, rep: dict, records) -> str:
         f'<p class="bad">{len(run.lost)} records lost, e.g. {html.escape(str(run.lost[:3]))}</p>'
         if run.lost
         else '<p class="ok">No record lost: every record a device stored reached the curated table.</p>'
+        if run.stored_known
+        else _explain(
+            "What landed and what the Spark job made of it, per device. Missing: sequence numbers absent "
+            "from a device's boot (lost, or not landed yet); dropped on device: records the device itself "
+            "counted as dropped (its health records)."
+        )
     )
     sample_names = sorted(
         n for n in s["channels"] if CHANNEL_BY_NAME.get(n) is None or CHANNEL_BY_NAME[n].kind != HEALTH
@@ -208,7 +295,14 @@ def render(run: RunInfo, rep: dict, records) -> str:
         return (
             "".join(
                 svgchart.time_panels(
-                    _channel_title(n), s["channels"][n], span, faults, UNITS.get(n, "value"), panel_h=44, zero=zero
+                    _channel_title(n),
+                    s["channels"][n],
+                    span,
+                    faults,
+                    UNITS.get(n, "value"),
+                    xlabel=run.time_label,
+                    panel_h=44,
+                    zero=zero,
                 )
                 for n in names
             )
@@ -231,9 +325,11 @@ def render(run: RunInfo, rep: dict, records) -> str:
             _explain(
                 f"Records landed per second ({s['bin_s']:g} s bins), one panel per device on the same scales. "
                 "Shaded: injected faults; during them, devices keep sampling into their flash outbox and send the "
-                "backlog afterwards (the peaks)."
+                "backlog afterwards (the peaks). " + fault_gaps_text(faults, s["arrivals"], run.device_backoff_ms)
             )
-            + svgchart.time_panels("records landed per second, per device", s["rate"], span, faults, "records/s"),
+            + svgchart.time_panels(
+                "records landed per second, per device", s["rate"], span, faults, "records/s", xlabel=run.time_label
+            ),
         ),
         (
             "Latency",
@@ -244,6 +340,9 @@ def render(run: RunInfo, rep: dict, records) -> str:
                     "p99 is the backlog sent after the injected faults, which waited on flash for the fault to end."
                     if faults
                     else "no fault was injected, so p99 shows the slowest ordinary deliveries."
+                    if run.stored_known
+                    else "the slowest are usually a backlog a device kept on flash while it could not publish "
+                    "(an outage, a lost link): see the peaks of the chart above."
                 )
             )
             + svgchart.log_histogram(
@@ -265,7 +364,11 @@ def render(run: RunInfo, rep: dict, records) -> str:
             "Device health",
             _explain(
                 "Health records every few seconds: free heap, outbox depth (batches waiting "
-                "on flash: it rises during faults), reconnects."
+                "on flash: it rises during faults), reconnects. Outbox files on flash is the size of the "
+                "outbox's segment files, not of what waits: acknowledged batches stay in the open segment file "
+                "until it is full (outbox.segment_bytes, 16 KB by default) and is deleted, so with an empty "
+                "outbox it stays below one segment instead of falling to 0 (firmware/mqb_outbox.py); it is "
+                "not a leak."
             )
             + channel_charts(health_names, zero=True),
         ),
@@ -273,9 +376,11 @@ def render(run: RunInfo, rep: dict, records) -> str:
             "Bytes on the wire per record",
             _explain("Bytes sent device to broker per record, TLS included; batching shares the MQTT and TLS overhead.")
             + svgchart.hbars("bytes on the wire per record", run.wire_bars, "bytes per record", "{:.1f}"),
-        ),
+        )
+        if run.wire_bars
+        else None,
         ("Quarantine", quarantine),
-        ("Injected faults and events", events),
+        ("Injected faults and events", events) if run.events else None,
         (
             "Outputs",
             f"<p>{links}</p>"
@@ -284,7 +389,7 @@ def render(run: RunInfo, rep: dict, records) -> str:
             + "</pre></details>",
         ),
     ]
-    return page("mqbatch demo report", head, sections)
+    return page(run.title, head, [x for x in sections if x is not None])
 
 
 CSS = (
@@ -309,3 +414,131 @@ def page(title: str, header: str, sections: list[tuple[str, str]]) -> str:
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>\n{header}\n" + "\n".join(parts) + "\n</body></html>\n"
     )
+
+
+# -- from a Spark output directory ---------------------------------------------------------
+
+
+def _read_report_json(spark_out: pathlib.Path) -> dict:
+    path = spark_out / "report.json"
+    if not spark_out.is_dir():
+        raise ReportError(f"{spark_out} is not a directory (give the Spark job's --out directory)")
+    if not path.is_file():
+        raise ReportError(f"{spark_out} has no report.json: not the output of `mqbatch spark --out {spark_out}`")
+    try:
+        rep = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path} cannot be read as JSON: {e}") from None
+    if not isinstance(rep, dict):
+        raise ReportError(f"{path} does not hold a JSON object")
+    return rep
+
+
+def _utc(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def ms_text(v) -> str:
+    """A latency cell: '912 ms', or '-' when there is none."""
+    return "-" if v is None else f"{v:.0f} ms"
+
+
+OUTCOME_HEADERS = [
+    "device",
+    "landed",
+    "curated",
+    "duplicates removed",
+    "missing",
+    "out of order",
+    "quarantined",
+    "dropped on device",
+    "boots",
+    "latency p50",
+    "latency p99",
+]
+
+
+def report_cells(d: dict, keys: Sequence[str]) -> list:
+    """Cells of one device of report.json: its counts `keys` (0 when absent)."""
+    return [d.get(k, 0) for k in keys]
+
+
+def latency_cells(d: dict) -> list[str]:
+    lat = d.get("latency_ms") or {}
+    return [ms_text(lat.get("p50")), ms_text(lat.get("p99"))]
+
+
+OUTCOME_KEYS = ("received", "unique", "duplicates", "missing", "out_of_order", "quarantined", "dropped_on_device")
+
+
+def outcome_rows(rep: dict) -> list[list]:
+    """The per-device table of a report.json (what landed and what the job made of it)."""
+    return [
+        [dev, *report_cells(d, OUTCOME_KEYS), d.get("boots", 0), *latency_cells(d)]
+        for dev, d in sorted(rep.get("devices", {}).items())
+    ]
+
+
+def run_info_from(rep: dict, records, spark_out: pathlib.Path, html_path: pathlib.Path) -> RunInfo:
+    """What a Spark output alone says about its run: t = 0 is the first record that landed."""
+    import pyarrow.compute as pc
+
+    firsts = [_utc((rep.get("received_at") or {}).get("min"))]
+    for col in ("device_time", "received_at"):
+        if records.num_rows and col in records.column_names:
+            v = pc.min(records[col]).as_py()
+            firsts.append(v.timestamp() if v is not None else None)
+    start = min((t for t in firsts if t is not None), default=0.0)
+    recs = rep.get("records", {})
+    received = rep.get("received_at") or {}
+    rel = lambda p: os.path.relpath(p, html_path.parent)
+    return RunInfo(
+        params={
+            "Spark output": str(spark_out),
+            "landed": f"{rep.get('landed', 0)} PUBLISHes, {recs.get('received', 0)} records",
+            "curated": f"{recs.get('unique', 0)} records ({recs.get('duplicates', 0)} duplicates removed)",
+            "devices": len(rep.get("devices", {})),
+            "received": f"{received.get('min', '-')} to {received.get('max', '-')}",
+        },
+        start_wall=start,
+        faults=[],
+        events=[],
+        headers=OUTCOME_HEADERS,
+        rows=outcome_rows(rep),
+        wire_bars=[],
+        links={
+            "report.json": rel(spark_out / "report.json"),
+            "records/": rel(spark_out / "records"),
+            "quarantine/": rel(spark_out / "quarantine"),
+        },
+        title="mqbatch report",
+        time_label="seconds since the first record (sampled or landed)",
+        stored_known=False,
+    )
+
+
+def write_report(
+    spark_out: os.PathLike | str, html_path: os.PathLike | str | None = None, run: RunInfo | None = None
+) -> pathlib.Path:
+    """Write the HTML report of a Spark output directory (records/, quarantine/, report.json
+    of `mqbatch spark --out DIR`, batch or streaming) to `html_path` (default
+    DIR/report.html; replaced atomically) and return its path. `run`: the caller's own
+    RunInfo (the demo's faults, events and table); default: what the output says.
+    ReportError (one sentence) when DIR is not such an output."""
+    spark_out = pathlib.Path(spark_out)
+    rep = _read_report_json(spark_out)
+    html_path = pathlib.Path(html_path) if html_path is not None else spark_out / "report.html"
+    records_dir = spark_out / "records"
+    if not records_dir.is_dir():
+        raise ReportError(f"{spark_out} has no records/ directory: not a complete `mqbatch spark` output")
+    records = read_records(records_dir, extra=["boot", "seq"])
+    if run is None:
+        run = run_info_from(rep, records, spark_out.resolve(), html_path.resolve())
+    text = render(run, rep, records)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = html_path.with_name(f".{html_path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, html_path)
+    return html_path

@@ -40,11 +40,23 @@ def nice_step(span: float, target: int = 5) -> float:
     return 10 * exp
 
 
-def ticks(lo: float, hi: float, target: int = 5) -> list[float]:
+def _ticks(lo: float, hi: float, target: int) -> list[float]:
     step = nice_step(hi - lo, target)
     first = math.ceil(lo / step - 1e-9) * step
     n = int(math.floor((hi - first) / step + 1e-9)) + 1
     return [round(first + i * step, 10) for i in range(max(n, 0))]
+
+
+def ticks(lo: float, hi: float, target: int = 5, at_least: int = 3) -> list[float]:
+    """Round values in [lo, hi], about `target` intervals apart, and never fewer than
+    `at_least` (a panel whose axis shows one number cannot be read: 3.3 alone said
+    nothing about a supply voltage moving between 3.28 and 3.31 V)."""
+    vs = _ticks(lo, hi, target)
+    t = target
+    while len(vs) < at_least and hi > lo and t < 4 * target + 8:
+        t += 1
+        vs = _ticks(lo, hi, t)
+    return vs
 
 
 def fmt(v: float, step: float | None = None) -> str:
@@ -62,7 +74,7 @@ def fmt(v: float, step: float | None = None) -> str:
     return f"{v:.4g}"
 
 
-def y_range(values: Sequence[float], zero: bool = True) -> tuple[float, float]:
+def y_range(values: Sequence[float], zero: bool = True, target: int = 4) -> tuple[float, float]:
     if not values:
         return 0.0, 1.0
     lo, hi = min(values), max(values)
@@ -71,7 +83,7 @@ def y_range(values: Sequence[float], zero: bool = True) -> tuple[float, float]:
     if hi - lo < 1e-9:
         pad = abs(hi) * 0.05 or 1.0
         lo, hi = lo - pad, hi + pad
-    step = nice_step(hi - lo, 4)
+    step = nice_step(hi - lo, target)
     return math.floor(lo / step) * step, math.ceil(hi / step) * step
 
 
@@ -170,7 +182,8 @@ def time_panels(
     slot = head + panel_h + gap
     height = top0 + len(names) * slot + 40
     ax = _TimeAxis(span)
-    lo, hi = y_range([y for pts in panels.values() for _, y in pts], zero)
+    # a low panel: a range of about 2 round steps, so that 3 or 4 ticks (never 1) fit in it
+    lo, hi = y_range([y for pts in panels.values() for _, y in pts], zero, target=2)
     out = _open(title, height)
     for i, name in enumerate(names):
         top = top0 + i * slot + head

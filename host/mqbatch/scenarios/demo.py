@@ -17,7 +17,9 @@ Steps (each prints progress):
 Everything lives under the run directory (default run/demo/ in the repo). A
 run directory an earlier demo made (it holds mqbatch.util.rundir's marker) or an
 empty one is wiped at the start, so running twice in a row works; any other
-existing folder is refused, never deleted.
+existing folder is refused, never deleted. The directory is locked while the demo
+runs (flock, released when the process ends): a second demo in it stops at once,
+naming the pid of the first.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from mqbatch.lab.stack import LocalStack
 from mqbatch.report import html as htmlreport
 from mqbatch.scenarios.netcut import Relay
 from mqbatch.util.paths import ROOT, venv_tool
-from mqbatch.util.procs import end_process
-from mqbatch.util.rundir import fresh_dir
+from mqbatch.util.procs import end_process, log_tail
+from mqbatch.util.rundir import claim_dir
 
 # what a demo writes into its run directory (one made before the rundir marker is recognised by these)
 RUN_DIR_ENTRIES = frozenset(
@@ -57,6 +59,16 @@ RUN_DIR_ENTRIES = frozenset(
         "report.html",
     }
 )
+
+
+# the devices' config (with sample_hz, run_for_s, drain_timeout_s from the options)
+DEVICE_CONFIG = {
+    "health_every_s": 5,
+    "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000},
+    "backoff": {"initial_ms": 500, "max_ms": 4000},
+    # a batch leaves a device only when the recorder says it is landed (docs/e2e-ack.md)
+    "e2e_ack": {"enabled": True, "resend_after_s": 10},
+}
 
 
 class DemoError(RuntimeError):
@@ -126,11 +138,19 @@ class Demo:
     def run(self) -> int:
         o = self.o
         o.check()
-        fresh_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES)
+        # locked while the demo runs: a second demo in the same directory stops here (DirInUse)
+        with claim_dir(o.run_dir, "mqbatch demo", known=RUN_DIR_ENTRIES):
+            return self._run()
+
+    def _run(self) -> int:
+        o = self.o
         ids = device_ids(o.devices)
         try:
             self.say(f"1/7 broker: CA, passwords and ACLs for {len(ids)} devices; Mosquitto with TLS")
+            self.say("    making the CA, the broker's certificate and one account per device")
+            t = time.monotonic()
             self.stack = LocalStack(o.run_dir / "stack", ids)
+            self.say(f"    certificates and accounts made ({time.monotonic() - t:.1f} s); starting Mosquitto")
             broker = self.stack.broker.start()
             self.relay = Relay(broker.host, broker.port).start()
             self.say(f"    broker {broker.url}, devices connect through relay port {self.relay.port}")
@@ -143,16 +163,9 @@ class Demo:
                 f"3/7 devices: {len(ids)} virtual devices (firmware in the MicroPython Unix port), "
                 f"{o.duration:.0f} s at {o.sample_hz:g} Hz"
             )
-            cfg = {
-                "sample_hz": o.sample_hz,
-                "run_for_s": o.duration,
-                "drain_timeout_s": o.drain_timeout,
-                "health_every_s": 5,
-                "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000},
-                "backoff": {"initial_ms": 500, "max_ms": 4000},
-                # a batch leaves a device only when the recorder says it is landed (docs/e2e-ack.md)
-                "e2e_ack": {"enabled": True, "resend_after_s": 10},
-            }
+            cfg = dict(DEVICE_CONFIG, sample_hz=o.sample_hz, run_for_s=o.duration, drain_timeout_s=o.drain_timeout)
+            self.say("    compiling the firmware (mpy-cross) into one ROMFS image, writing each device's flash")
+            t = time.monotonic()
             self.fleet = Fleet(
                 o.run_dir / "devices",
                 self.relay.host,
@@ -163,6 +176,7 @@ class Demo:
                 config=cfg,
                 hmac_keys=self.stack.hmac_keys,
             )
+            self.say(f"    firmware ready ({time.monotonic() - t:.1f} s); starting {len(ids)} device processes")
             self.run_start, self.run_start_wall = time.monotonic(), time.time()
             self.fleet.start()
             self.faults = threading.Thread(target=self.inject_faults, name="faults", daemon=True)
@@ -183,7 +197,8 @@ class Demo:
                         else f"exit status {codes[dev]}"
                     )
                     raise DemoError(
-                        f"{dev} did not finish cleanly ({why}); its console:\n{self.fleet.console(dev)[-1500:]}"
+                        f"{dev} did not finish cleanly ({why}); its console:\n"
+                        + log_tail(self.fleet.dir(dev) / "console.log")
                     )
             self.say("4/7 devices finished sampling and drained their outboxes")
 
@@ -240,11 +255,16 @@ class Demo:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + 30
+        started = time.monotonic()
+        said = started
         while "subscribed" not in (self.o.run_dir / "recorder.log").read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise DemoError("recorder did not subscribe:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+            if proc.poll() is not None or time.monotonic() > started + 30:
+                raise DemoError("recorder did not subscribe:\n" + log_tail(self.o.run_dir / "recorder.log"))
+            if time.monotonic() - said >= 5:
+                said = time.monotonic()
+                self.say(f"    waiting for the recorder to connect and subscribe ({said - started:.0f} s)")
             time.sleep(0.2)
+        self.say(f"    recorder subscribed ({time.monotonic() - started:.1f} s; log {self.o.run_dir / 'recorder.log'})")
         return proc
 
     def stop_recorder(self, proc: subprocess.Popen) -> None:
@@ -255,7 +275,7 @@ class Demo:
             end_process(proc, group=True)
             raise DemoError("recorder did not stop within 60 s of SIGTERM") from None
         if code != 0:
-            raise DemoError(f"recorder exited with {code}:\n" + (self.o.run_dir / "recorder.log").read_text()[-1500:])
+            raise DemoError(f"recorder exited with {code}:\n" + log_tail(self.o.run_dir / "recorder.log"))
 
     def inject_faults(self) -> None:
         try:
@@ -295,8 +315,14 @@ class Demo:
         if now - getattr(self, "_last_progress", 0) < 5:
             return
         self._last_progress = now
+        running = len(fleet.running())
+        what = (
+            f"{running} devices running"
+            if now - self.run_start < self.o.duration
+            else f"sampling over, {running} of {self.o.devices} devices still draining their outbox"
+        )
         self.say(
-            f"    {now - self.run_start:5.0f} s: {len(fleet.running())} devices running, "
+            f"    {now - self.run_start:5.0f} s: {what}, "
             f"{len(fleet.stored())} records stored on flash, {self.relay.bytes_up} bytes sent on the wire"
         )
 
@@ -334,7 +360,7 @@ class Demo:
                 if proc.poll() is None:
                     self.say(f"    Spark job running ({time.monotonic() - started:.0f} s; log {log_path})")
         if proc.returncode != 0 or not (out / "report.json").exists():
-            raise DemoError(f"Spark job failed ({proc.returncode}); see {log_path}:\n" + log_path.read_text()[-2000:])
+            raise DemoError(f"Spark job failed ({proc.returncode}):\n" + log_tail(log_path))
 
     def measure_baseline(self) -> dict | None:
         """Wire bytes per record of umqtt.simple (one record per PUBLISH), measured here;
@@ -361,24 +387,12 @@ class Demo:
         wire_per_record = self.relay.bytes_up / total_published if total_published else 0.0
         mqtt_per_record = sum(s["wire_bytes"] for s in sums.values()) / total_published if total_published else 0.0
         rows = []
+        landed = ("received", "unique", "duplicates", "missing", "quarantined", "dropped_on_device")
         for dev, s in sorted(sums.items()):
             d = devs.get(dev, {})
-            lat = d.get("latency_ms", {})
             rows.append(
-                [
-                    dev,
-                    s["stored_records"],
-                    s["acked_records"],
-                    d.get("received", 0),
-                    d.get("unique", 0),
-                    d.get("duplicates", 0),
-                    d.get("missing", 0),
-                    d.get("quarantined", 0),
-                    d.get("dropped_on_device", 0),
-                    s["reconnects"],
-                    _ms(lat.get("p50")),
-                    _ms(lat.get("p99")),
-                ]
+                [dev, s["stored_records"], s["acked_records"], *htmlreport.report_cells(d, landed), s["reconnects"]]
+                + htmlreport.latency_cells(d)
             )
         headers = [
             "device",
@@ -407,9 +421,10 @@ class Demo:
                 f"{baseline['wire_bytes_per_record']:.1f} bytes per record on the wire "
                 f"(+{baseline['connection_bytes']} bytes per connection)"
             )
-        html_path = self.o.run_dir / "report.html"
-        html_path.write_text(self.render_html(rep, recs, rows, headers, wire_per_record, baseline, lost, out))
-        self.say(f"    HTML report: {html_path}")
+        html_path = htmlreport.write_report(
+            out, self.o.run_dir / "report.html", run=self.run_info(rows, headers, wire_per_record, baseline, lost, out)
+        )
+        self.say(f"    HTML report: {html_path} (mqbatch report --out DIR makes one from any Spark output)")
         if lost:
             self.say(f"LOST {len(lost)} records that devices had stored, e.g. {lost[:5]}")
             return 1
@@ -424,7 +439,8 @@ class Demo:
             print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)), file=self.out)
         self.out.flush()
 
-    def render_html(self, rep, recs, rows, headers, wire, baseline, lost, out: pathlib.Path) -> str:
+    def run_info(self, rows, headers, wire, baseline, lost, out: pathlib.Path) -> htmlreport.RunInfo:
+        """What the demo knows beyond its Spark output: faults, events, the devices' own counts."""
         o = self.o
         bars = [("mqbatch, batched", round(wire, 1))]
         if baseline:
@@ -453,8 +469,9 @@ class Demo:
                 "Spark log": "spark.log",
                 "recorder log": "recorder.log",
             },
+            device_backoff_ms=(DEVICE_CONFIG["backoff"]["initial_ms"], DEVICE_CONFIG["backoff"]["max_ms"]),
         )
-        return htmlreport.render(run, rep, recs)
+        return run
 
     # -- cleanup ------------------------------------------------------------------
 
@@ -470,7 +487,3 @@ class Demo:
             self.relay.stop()
         if self.stack:
             self.stack.broker.stop()
-
-
-def _ms(v) -> str:
-    return "-" if v is None else f"{v:.0f} ms"

@@ -36,6 +36,8 @@ else:
         f"nor a checkout around {PACKAGE} (reinstall mqbatch)"
     )
 ROOT = CHECKOUT if CHECKOUT is not None else pathlib.Path.cwd()
+# the firmware modules' mip package (`mpremote mip install` of it puts them in /lib)
+MIP_PACKAGE = (CHECKOUT if CHECKOUT is not None else _DEVICE) / "package.json"
 
 MOSQUITTO = pathlib.Path("/usr/sbin/mosquitto")
 # Debian's mosquitto package ships the dynamic-security plugin in the multiarch lib directory

@@ -78,3 +78,30 @@ class stop_signals_interrupt:
     def __exit__(self, *exc):
         restore_signals(self._previous)
         return False
+
+
+TAIL_LINES = 20  # what an error shows of a child's log; the rest stays in the file it names
+
+
+def tail_lines(text: str, lines: int = TAIL_LINES, path: object = None) -> str:
+    """The last `lines` lines of a child's output, for an error message: a first line
+    saying how many were left out and where the whole log is (`path`), then the tail.
+    Never hundreds of lines of someone else's log as our error."""
+    all_lines = text.rstrip("\n").splitlines()
+    where = f" of {path}" if path is not None else ""
+    if len(all_lines) <= lines:
+        head = f"(log{where}, {len(all_lines)} lines)" if path is not None else ""
+    else:
+        head = f"(last {lines} of {len(all_lines)} lines{where or ' of the log'})"
+    return "\n".join(([head] if head else []) + all_lines[-lines:])
+
+
+def log_tail(path, lines: int = TAIL_LINES) -> str:
+    """tail_lines() of the file at `path` ('' if it cannot be read)."""
+    import pathlib
+
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return f"(log {path} cannot be read: {e.strerror or e})"
+    return tail_lines(text, lines, path)
