@@ -41,7 +41,7 @@ try:
 
     with open("config.json") as f:
         cfg = json.load(f)
-    # 4096: mqb_app.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
+    # 4096: mqb_config.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
     size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
     use_tls = cfg.get("broker", {}).get("tls", True)
     del cfg, f
@@ -54,11 +54,15 @@ try:
             ctx = None     # a port without TLS: mqb_transport.Transport says so, with the way out
 
     # A free run kept through the imports: they leave the heap in small holes, and App()
-    # then needs runs of up to ~1 KB (its attribute dict grows to 752 bytes, the outbox
-    # index); released just before, App() finds them here whatever the imports left.
-    reserve = bytearray(2048)
+    # then needs runs of up to ~600 bytes (its attribute dict, the outbox index); released
+    # just before, App() finds them here whatever the imports left. The start-up-only
+    # modules are loaded under it too (mqb_app.main and Outbox unload them once used):
+    # loaded later they would take that run, and their holes the TLS handshake's.
+    reserve = bytearray(2560)
     import mqb_app
+    import mqb_config, mqb_outbox_recover
 
+    del mqb_config, mqb_outbox_recover
     reserve = None
     mqb_app.main(buffers=buffers, ssl_context=ctx)
 except Exception as e:

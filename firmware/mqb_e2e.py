@@ -24,7 +24,6 @@
 # writes the outbox's ack record, the same file write as a PUBACK's without e2e.
 import time
 from array import array
-from micropython import const
 from mqb_packet_e2e import BatchSeq
 from mqb_sub import Subscriber
 
@@ -79,7 +78,7 @@ class E2E(Subscriber):
     """The device side of e2e acks for one App (mqb_app): the subscription to
     the ack topic of `topic` (the batch topic, its last level replaced by "ack")
     on client, the window, the batch-seq property (self.seq, which mqb_app makes
-    mqb_packet.batch_seq). delay: resend_after_s in
+    mqb_packet_build.batch_seq). delay: resend_after_s in
     ms; outbox: the App's Outbox; count: the App's counters (an entry an ack range
     covers counts as acked there); log: the App's log. The window holds _WINDOW
     (8) entries."""

@@ -10,7 +10,6 @@
 # two 32-byte digests: it has no copy()); never per record.
 import hashlib
 
-from micropython import const
 
 _LABEL = const(b"MQH1")   # first bytes of the MACed message: this layout, version 1
 

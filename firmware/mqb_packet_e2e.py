@@ -9,7 +9,6 @@
 # and per new name (an interned name; a new qstr pool is ~7 KB once the current
 # one is full): few functions, names the firmware already has where they fit.
 # Section numbers refer to the MQTT Version 5.0 OASIS Standard.
-from micropython import const
 import mqb_packet as P
 from mqb_codec import BatchEncoder, vbi_read, vbi_size, vbi_write
 
@@ -158,7 +157,7 @@ _BATCH_SEQ_KEY = const(b"\x26\x00\x09batch-seq")   # User Property id, key; + 2-
 class BatchSeq:
     """The User Property batch-seq = "B:F-L" (docs/e2e-ack.md section 1) of the next
     batch PUBLISH: set() before each publish; mqb_packet writes it when
-    mqb_packet.batch_seq is this object. Allocation-free (for values < 2**30 on a
+    mqb_packet_build.batch_seq is this object. Allocation-free (for values < 2**30 on a
     32-bit port: small ints). The digits are written by BatchEncoder's own
     count_digits / write_count (they read self.count)."""
 

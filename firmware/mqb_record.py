@@ -19,52 +19,52 @@
 # after a clock sync, never per record.
 import struct
 import time
-from micropython import const
 from mqb_codec import FULL
 
 _VERSION = const(1)
 _KIND_SAMPLE = const(1)
 _KIND_HEALTH = const(2)
 _FLAG_SYNCED = const(0x01)
-MAX_READINGS = 32
+_MAX_READINGS = const(32)
 HEADER_SIZE = 18
 READING_SIZE = 5
-SEQ_LIMIT = 1 << 30            # seq stays a small int on every port
-_SEQ_MAX = const(0x3FFFFFFF)   # SEQ_LIMIT - 1 (a small int on 32-bit ports too)
-TIME_S_LIMIT = 1 << 30         # 2054-01-10: time_s stays a small int on every port
+_SEQ_LIMIT = const(1 << 30)    # seq stays a small int on every port
+_SEQ_MAX = const(0x3FFFFFFF)   # _SEQ_LIMIT - 1 (a small int on 32-bit ports too)
+_TIME_S_LIMIT = const(1 << 30)  # 2054-01-10: time_s stays a small int on every port
 
-EPOCH_2020_UNIX = 1577836800   # 2020-01-01T00:00:00Z in seconds since 1970-01-01
+_EPOCH_2020_UNIX = const(1577836800)   # 2020-01-01T00:00:00Z in seconds since 1970-01-01
 _EPOCH_2020_2000 = const(631152000)    # ... since 2000-01-01 (embedded ports' epoch)
 
-FORMAT_BINARY = "binary"
-FORMAT_JSON = "json"
+_FORMAT_BINARY = const("binary")
+_FORMAT_JSON = const("json")
 
-# Channels (docs/records.md). Sample records carry 1..6, health records 0x80..0x86.
-CH_TEMPERATURE = 1      # centi-degC
-CH_HUMIDITY = 2         # centi-%
-CH_SUPPLY_VOLTAGE = 3   # mV
-CH_RSSI = 4             # dBm
-CH_PRESSURE = 5         # Pa
-CH_LIGHT = 6            # lux
-CH_FREE_HEAP = 0x80     # bytes
-CH_OUTBOX_DEPTH = 0x81  # entries
-CH_DROPPED_TOTAL = 0x82  # records (Outbox.dropped_total)
-CH_RECONNECTS = 0x83    # count since boot
-CH_LAST_ERROR = 0x84    # MQTT reason code or negative errno, 0 = none
-CH_SAMPLED_TOTAL = 0x85  # records sampled since boot
-CH_OUTBOX_BYTES = 0x86  # bytes
+# Channels (docs/records.md). Sample records carry 1..6, health records 0x80..0x86
+# (private: a public name costs an interned string and a dict entry on a board).
+_CH_TEMPERATURE = const(1)      # centi-degC
+_CH_HUMIDITY = const(2)         # centi-%
+_CH_SUPPLY_VOLTAGE = const(3)   # mV
+_CH_RSSI = const(4)             # dBm
+_CH_PRESSURE = const(5)         # Pa
+_CH_LIGHT = const(6)            # lux
+_CH_FREE_HEAP = const(0x80)     # bytes
+_CH_OUTBOX_DEPTH = const(0x81)  # entries
+_CH_DROPPED_TOTAL = const(0x82)  # records (Outbox.dropped_total)
+_CH_RECONNECTS = const(0x83)    # count since boot
+_CH_LAST_ERROR = const(0x84)    # MQTT reason code or negative errno, 0 = none
+_CH_SAMPLED_TOTAL = const(0x85)  # records sampled since boot
+_CH_OUTBOX_BYTES = const(0x86)  # bytes
 
 _SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
 _HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
                  "sampled_total", "outbox_bytes")
 
-_I32_MIN = -2147483648
-_I32_MAX = 2147483647
+_I32_MIN = const(-2147483648)
+_I32_MAX = const(2147483647)
 
 
 def port_epoch_to_2020():
     """Seconds from this port's time epoch (1970 or 2000) to 2020-01-01."""
-    return EPOCH_2020_UNIX if time.gmtime(0)[0] == 1970 else _EPOCH_2020_2000
+    return _EPOCH_2020_UNIX if time.gmtime(0)[0] == 1970 else _EPOCH_2020_2000
 
 
 class TickClock:
@@ -92,8 +92,8 @@ class TickClock:
 
     def set(self, s, ms, synced):
         """Anchor the clock: s seconds since 2020-01-01 and ms (0..999), now."""
-        if not 0 <= s < TIME_S_LIMIT:
-            raise ValueError("time_s %d outside 0..%d (2020-01-01..2054-01-10)" % (s, TIME_S_LIMIT - 1))
+        if not 0 <= s < _TIME_S_LIMIT:
+            raise ValueError("time_s %d outside 0..%d (2020-01-01..2054-01-10)" % (s, _TIME_S_LIMIT - 1))
         if not 0 <= ms < 1000:
             raise ValueError("time_ms %d outside 0..999" % ms)
         self._t = self._ticks_ms()
@@ -141,9 +141,9 @@ class Readings:
     writer.health(r.channels, r.values, r.n). Values are fixed-point ints in
     the unit of their channel (no floats)."""
 
-    def __init__(self, capacity=MAX_READINGS):
-        if not 0 < capacity <= MAX_READINGS:
-            raise ValueError("capacity must be 1..%d readings, got %d" % (MAX_READINGS, capacity))
+    def __init__(self, capacity=_MAX_READINGS):
+        if not 0 < capacity <= _MAX_READINGS:
+            raise ValueError("capacity must be 1..%d readings, got %d" % (_MAX_READINGS, capacity))
         self.channels = bytearray(capacity)
         self.values = [0] * capacity
         self.n = 0
@@ -168,9 +168,9 @@ class RecordWriter:
     enc: mqb_codec.BatchEncoder the records go into.
     clock: TickClock (or an object with now() and attributes s, ms, synced).
     boot: this boot's number (mqb_boot.BootCounter(...).next()).
-    record_format: FORMAT_BINARY (default, allocation-free) or FORMAT_JSON.
+    record_format: "binary" (default, allocation-free) or "json".
     renew_boot: callable returning a new boot number (BootCounter.next), used
-        when seq reaches SEQ_LIMIT; without it the writer raises there.
+        when seq reaches 2**30; without it the writer raises there.
 
     sample(channels, values, n=-1) / health(channels, values, n=-1) write one
     record of n readings (n = len(channels) when -1): channels[i] (ints, e.g.
@@ -182,16 +182,16 @@ class RecordWriter:
     seq counts per boot from 0, shared by samples and health records.
     """
 
-    def __init__(self, enc, clock, boot, record_format=FORMAT_BINARY, renew_boot=None):
-        if record_format not in (FORMAT_BINARY, FORMAT_JSON):
-            raise ValueError("record_format must be %r or %r, got %r" % (FORMAT_BINARY, FORMAT_JSON, record_format))
+    def __init__(self, enc, clock, boot, record_format=_FORMAT_BINARY, renew_boot=None):
+        if record_format not in (_FORMAT_BINARY, _FORMAT_JSON):
+            raise ValueError("record_format must be %r or %r, got %r" % (_FORMAT_BINARY, _FORMAT_JSON, record_format))
         if not 0 <= boot <= 0xFFFFFFFF:
             raise ValueError("boot %d is not a u32" % boot)
         self.enc = enc
         self.clock = clock
         self.boot = boot
         self.seq = 0
-        self.json = record_format == FORMAT_JSON
+        self.json = record_format == _FORMAT_JSON
         self.renew_boot = renew_boot
         self._ok = None        # the last channel tuple that passed _check, for (n, kind):
         self._ok_nk = -1       # its channel set is not checked again (values still are);
@@ -209,9 +209,9 @@ class RecordWriter:
         """Raise unless chans[:n] is a valid channel set for kind and vals holds n
         readings. A tuple of channels (a board's CHANNELS) is immutable: once it
         passed, _write only re-checks the values for the same (tuple, n, kind)."""
-        if not 0 <= n <= MAX_READINGS or n > len(chans) or n > len(vals):
+        if not 0 <= n <= _MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
-                             "hold them" % (n, MAX_READINGS, len(chans), len(vals)))
+                             "hold them" % (n, _MAX_READINGS, len(chans), len(vals)))
         lo = 1 if kind == _KIND_SAMPLE else 0x80
         hi = lo + (len(_SAMPLE_NAMES) if kind == _KIND_SAMPLE else len(_HEALTH_NAMES))
         seen = 0
@@ -235,10 +235,10 @@ class RecordWriter:
         raise ValueError("reading %d for channel 0x%02x does not fit in i32" % (v, c))
 
     def _next_seq(self):
-        if self.seq >= SEQ_LIMIT:
+        if self.seq >= _SEQ_LIMIT:
             if self.renew_boot is None:
                 raise RuntimeError("seq reached %d in boot %d: pass renew_boot to start a new boot epoch"
-                                   % (SEQ_LIMIT, self.boot))
+                                   % (_SEQ_LIMIT, self.boot))
             self.boot = self.renew_boot()
             self.seq = 0
         return self.seq
@@ -283,7 +283,7 @@ class RecordWriter:
         for i in range(n):
             parts.append('"%s":%d' % (names[chans[i] - base], vals[i]))
         text = '{"v":1,"kind":"%s","boot":%d,"seq":%d,"ts_ms":%d,"synced":%s,"r":{%s}}' % (
-            kname, self.boot, seq, (clock.s + EPOCH_2020_UNIX) * 1000 + clock.ms,
+            kname, self.boot, seq, (clock.s + _EPOCH_2020_UNIX) * 1000 + clock.ms,
             "true" if clock.synced else "false", ",".join(parts))
         if not self.enc.add(text.encode()):
             return FULL

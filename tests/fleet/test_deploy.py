@@ -178,14 +178,14 @@ def deploy_cmd(tmp_path, config: dict, port: str | None = None, *extra: str) -> 
 
 
 def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
-    """The firmware's own rules (mqb_app.make_config, run in the Unix port) decide, before
+    """The firmware's own rules (mqb_config.make_config, run in the Unix port) decide, before
     anything is built or copied; the message names the key and the type it must have."""
     base = json.loads((BOARDS / "unix" / "config.template.json").read_text())
     no_host = json.loads(json.dumps(base))
     del no_host["broker"]["host"]
     proc = deploy_cmd(tmp_path, no_host)
     assert proc.returncode == 1
-    assert "config lacks broker.host (a string" in proc.stderr and "mqb_app.make_config" in proc.stderr
+    assert "config lacks broker.host (a string" in proc.stderr and "mqb_config.make_config" in proc.stderr
     assert not (tmp_path / "build").exists()
     for key, value, message in [
         ("sample_hz", "ten", "sample_hz must be a number, got 'ten'"),

@@ -164,7 +164,7 @@ def main():
         tr.data = bytes([first]) + vbi(max(0, n)) + bytes(b)
         tr.pos = 0
         client.connected = True
-        client._rx_state = 0
+        client._rs[0] = 0          # mqb_client._RX_STATE: before a packet
         sub.code = -1             # mqb_sub's PENDING: a SUBACK for packet id 1 is awaited
         sub.pid = 1
         sub._aliases = None

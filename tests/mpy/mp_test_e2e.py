@@ -152,24 +152,24 @@ def test_matching_an_ack_allocates_nothing():
 
 
 def test_config_e2e_ack_is_checked():
-    import mqb_app
+    import mqb_config
     base = {"device_id": "d", "broker": {"host": "127.0.0.1", "tls": False}}
     import sys
-    assert "e2e_ack" not in mqb_app.make_config(dict(base))      # absent: off, nothing imported
+    assert "e2e_ack" not in mqb_config.make_config(dict(base))      # absent: off, nothing imported
     # disabled: checked, then the key and the modules are dropped (mqb_app reads "present" as "on")
-    assert "e2e_ack" not in mqb_app.make_config(dict(base, e2e_ack={"enabled": False, "resend_after_s": 5}))
+    assert "e2e_ack" not in mqb_config.make_config(dict(base, e2e_ack={"enabled": False, "resend_after_s": 5}))
     assert "mqb_sub" not in sys.modules and "mqb_packet_e2e" not in sys.modules
-    cfg = mqb_app.make_config(dict(base, e2e_ack={"enabled": True}))
+    cfg = mqb_config.make_config(dict(base, e2e_ack={"enabled": True}))
     assert cfg["e2e_ack"] == {"enabled": True, "resend_after_s": 30}
     for bad, msg in (({"enabled": 1}, "e2e_ack.enabled must be a boolean"),
                      ({"resend_after_s": "30"}, "e2e_ack.resend_after_s must be a number"),
                      ({"resend_after_s": 0}, "1..86400"), ({"resend_after_s": 2.5}, "whole number"),
                      ({"resend_after_s": 100000}, "1..86400"), (True, "e2e_ack must be an object"),
                      ({"enabled": False, "resend": 3}, "e2e_ack.resend: unknown setting")):
-        e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, e2e_ack=bad))
+        e = raises(mqb_config.ConfigError, mqb_config.make_config, dict(base, e2e_ack=bad))
         assert msg in str(e), (bad, str(e))
     for topic in ("x/{device_id}", "x/{device_id}/telemetry", "mqbatch/other/telemetry", "mqbatch/{device_id}/t"):
         # the recorder acks only mqbatch/<device_id>/telemetry: any other topic would resend forever
-        e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, e2e_ack={"enabled": True}, topic=topic))
+        e = raises(mqb_config.ConfigError, mqb_config.make_config, dict(base, e2e_ack={"enabled": True}, topic=topic))
         assert "needs topic mqbatch/{device_id}/telemetry" in str(e), (topic, str(e))
-    assert mqb_app.make_config(dict(base, e2e_ack={"enabled": True}, topic="mqbatch/{device_id}/telemetry"))
+    assert mqb_config.make_config(dict(base, e2e_ack={"enabled": True}, topic="mqbatch/{device_id}/telemetry"))

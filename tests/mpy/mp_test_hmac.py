@@ -5,6 +5,7 @@ import json
 import time
 from binascii import hexlify, unhexlify
 import mqb_packet as P
+import mqb_packet_build as B
 from mqb_codec import BatchEncoder
 from mqb_hmac import BatchMac
 from outbox_util import alloc_over, payload, raises
@@ -41,26 +42,26 @@ def test_device_mac_equals_the_host_vectors():
 
 
 def test_publish_header_carries_batch_hmac_and_counts_it():
-    """With P.batch_mac set, the batch PUBLISH ends its properties with
+    """With B.batch_mac set, the batch PUBLISH ends its properties with
     batch-hmac = the 64 hex digits, and every size the client computes counts it."""
     buf = bytearray(200 + 100)
     enc = BatchEncoder(buf, 200, 100, 100)
     enc.add(b"Msg1")
     enc.add(b"LongerMsg2")
-    plain = P.publish_props_len(enc.count_digits(), 0, None, None, None)
+    plain = B.publish_props_len(enc.count_digits(), 0, None, None, None)
     mac = BatchMac(b"k" * 32)
     mac.sign(b"mqbatch/d/telemetry", enc.count, enc.payload())
-    P.batch_mac = mac.hex
+    B.batch_mac = mac.hex
     try:
-        props = P.publish_props_len(enc.count_digits(), 0, None, None, None)
-        assert props == plain + P.BATCH_MAC_PROPERTY_LEN, (props, plain)
-        start = P.write_publish_header(buf, 200, 2, b"mqbatch/d/telemetry", 19, 7, 0, None, None, None, enc)
+        props = B.publish_props_len(enc.count_digits(), 0, None, None, None)
+        assert props == plain + B.BATCH_MAC_PROPERTY_LEN, (props, plain)
+        start = B.write_publish_header(buf, 200, 2, b"mqbatch/d/telemetry", 19, 7, 0, None, None, None, enc)
         head = bytes(buf[start:200])
         tail = b"\x26\x00\x0abatch-hmac\x00\x40" + bytes(mac.hex)
         assert head.endswith(b"\x26\x00\x0abatch-size\x00\x012" + tail), head
     finally:
-        P.batch_mac = None
-    assert P.publish_props_len(enc.count_digits(), 0, None, None, None) == plain
+        B.batch_mac = None
+    assert B.publish_props_len(enc.count_digits(), 0, None, None, None) == plain
 
 
 def test_cost_per_batch_of_100_records():
@@ -93,11 +94,11 @@ def test_cost_per_batch_of_100_records():
 
 def test_config_hmac_key_is_checked():
     """config.json hmac_key: hex text of 16..64 bytes, or absent/null (unsigned)."""
-    import mqb_app
+    import mqb_config
     base = {"device_id": "d", "broker": {"host": "127.0.0.1", "tls": False}}
-    assert mqb_app.hmac_key(mqb_app.make_config(dict(base))) is None
-    cfg = mqb_app.make_config(dict(base, hmac_key="ab" * 32))
-    assert mqb_app.hmac_key(cfg) == b"\xab" * 32
+    assert mqb_config.hmac_key(mqb_config.make_config(dict(base))) is None
+    cfg = mqb_config.make_config(dict(base, hmac_key="ab" * 32))
+    assert mqb_config.hmac_key(cfg) == b"\xab" * 32
     for bad, msg in (("ab" * 15, "15 bytes"), ("ab" * 65, "65 bytes"), ("xyz", "hex"), (1234, "hex")):
-        e = raises(mqb_app.ConfigError, mqb_app.make_config, dict(base, hmac_key=bad))
+        e = raises(mqb_config.ConfigError, mqb_config.make_config, dict(base, hmac_key=bad))
         assert msg in str(e), (bad, str(e))

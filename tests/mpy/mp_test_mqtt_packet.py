@@ -2,6 +2,7 @@
 # client builds, and what the parsers say about every reason code and about
 # malformed CONNACK / PUBACK / PUBREC / PUBCOMP / DISCONNECT packets.
 import mqb_packet as P
+import mqb_packet_build as B
 from mqb_codec import BatchEncoder, vbi_read, vbi_size
 from outbox_util import alloc_over, assert_no_alloc, str_raises
 
@@ -37,28 +38,28 @@ def _u32(pid, v):
 
 
 def test_connect_packet_exact_bytes():
-    pkt = P.connect_packet(b"dev", 30, True, 3600, 4, 512, b"u", b"p")
+    pkt = B.connect_packet(b"dev", 30, True, 3600, 4, 512, b"u", b"p")
     expect = (b"\x10\x26" + b"\x00\x04MQTT\x05\xc2\x00\x1e"
               + b"\x10" + b"\x11\x00\x00\x0e\x10" + b"\x21\x00\x04" + b"\x27\x00\x00\x02\x00" + b"\x22\x00\x00"
               + b"\x00\x03dev" + b"\x00\x01u" + b"\x00\x01p")
     assert bytes(pkt) == expect, bytes(pkt)
     # no session expiry, default receive maximum, no credentials, not clean: flags 0
-    pkt = P.connect_packet(b"d", 0, False, 0, 65535, 1024)
+    pkt = B.connect_packet(b"d", 0, False, 0, 65535, 1024)
     assert bytes(pkt) == b"\x10\x16\x00\x04MQTT\x05\x00\x00\x00\x08\x27\x00\x00\x04\x00\x22\x00\x00\x00\x01d", bytes(pkt)
 
 
 def test_connect_packet_with_will_properties():
-    will = P.Will(b"mqbatch/d/status", b"offline", qos=1, retain=True, delay=5, expiry=600,
+    will = B.Will(b"mqbatch/d/status", b"offline", qos=1, retain=True, delay=5, expiry=600,
                   content_type=b"text/plain", payload_format=1)
-    pkt = P.connect_packet(b"d", 60, True, 0, 4, 512, will=will)
+    pkt = B.connect_packet(b"d", 60, True, 0, 4, 512, will=will)
     assert pkt[9] == 0x02 | 0x04 | (1 << 3) | 0x20  # clean start, will, will QoS 1, will retain
     tail = (_props(_u32(0x18, 5), b"\x01\x01", _u32(0x02, 600), _s(0x03, b"text/plain"))
             + b"\x00\x10mqbatch/d/status" + b"\x00\x07offline")
     assert bytes(pkt).endswith(tail), bytes(pkt)
     assert vbi_read(pkt, 1, len(pkt)) == len(pkt) - 2
-    assert "Will QoS" in str_raises(ValueError, P.Will, b"t", b"x", 3)
-    assert "keep alive" in str_raises(ValueError, P.connect_packet, b"d", 70000, True, 0, 4, 512)
-    assert "Receive Maximum" in str_raises(ValueError, P.connect_packet, b"d", 60, True, 0, 0, 512)
+    assert "Will QoS" in str_raises(ValueError, B.Will, b"t", b"x", 3)
+    assert "keep alive" in str_raises(ValueError, B.connect_packet, b"d", 70000, True, 0, 4, 512)
+    assert "Receive Maximum" in str_raises(ValueError, B.connect_packet, b"d", 60, True, 0, 0, 512)
 
 
 def _parse_publish(buf, start, end):
@@ -118,9 +119,9 @@ def test_publish_header_is_exact_and_right_aligned_across_vbi_boundaries():
                 while n + vbi_size(n) > payload_len:
                     n -= 1
                 assert enc.add(b"r" * n) and enc.payload_len == payload_len, (payload_len, enc.payload_len)
-                props = P.publish_props_len(enc.count_digits(), alias, 60, b"application/octet-stream", 0)
-                hlen = P.publish_header_len(tlen, qos, props, payload_len)
-                start = P.write_publish_header(enc.buf, enc.headroom, (qos << 1) | 0x08, topic, tlen, 0x1234,
+                props = B.publish_props_len(enc.count_digits(), alias, 60, b"application/octet-stream", 0)
+                hlen = B.publish_header_len(tlen, qos, props, payload_len)
+                start = B.write_publish_header(enc.buf, enc.headroom, (qos << 1) | 0x08, topic, tlen, 0x1234,
                                                alias, 60, b"application/octet-stream", 0, enc)
                 assert start == 128 - hlen
                 first, t, pid, props_seen, users, pend = _parse_publish(enc.buf, start, enc.end)
@@ -141,12 +142,12 @@ def test_publish_batch_size_digits_and_headroom_error():
     enc = BatchEncoder(bytearray(400), headroom=60, max_count=200)
     for i in range(123):
         enc.add(b"")
-    start = P.write_publish_header(enc.buf, enc.headroom, 0, b"t", 1, 0, 0, None, None, None, enc)
+    start = B.write_publish_header(enc.buf, enc.headroom, 0, b"t", 1, 0, 0, None, None, None, enc)
     users = _parse_publish(enc.buf, start, enc.end)[4]
     assert users == [(b"batch-format", b"v1"), (b"batch-size", b"123")]
     small = BatchEncoder(bytearray(100), headroom=20)
     small.add(b"x")
-    msg = str_raises(ValueError, P.write_publish_header, small.buf, small.headroom, 2, b"some/topic", 10, 1, 0,
+    msg = str_raises(ValueError, B.write_publish_header, small.buf, small.headroom, 2, b"some/topic", 10, 1, 0,
                      None, None, None, small)
     assert "headroom is 20" in msg, msg
 
@@ -319,7 +320,7 @@ def test_publish_header_and_ack_parsing_allocate_nothing():
     ack_reason = bytearray(b"\x00\x07\x10\x00")
 
     def one(i):
-        P.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), (i & 0xFFF) + 1, 1, None, None, None, enc)
+        B.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), (i & 0xFFF) + 1, 1, None, None, None, enc)
         P.parse_ack(P.PUBACK, ack, 0, 2)
         P.parse_ack(P.PUBACK, ack_reason, 0, 4)
 

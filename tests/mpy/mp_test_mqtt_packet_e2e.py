@@ -4,6 +4,7 @@
 # CONNECT's Topic Alias Maximum, and no allocation on the receive path.
 from array import array
 import mqb_packet as P
+import mqb_packet_build as B
 import mqb_packet_e2e as E
 from mqb_codec import BatchEncoder
 from outbox_util import assert_no_alloc, str_raises
@@ -26,9 +27,9 @@ def test_subscribe_packet_exact_bytes():
 
 
 def test_connect_packet_topic_alias_maximum():
-    pkt = P.connect_packet(b"d", 0, False, 0, 65535, 900, topic_alias_max=1)
+    pkt = B.connect_packet(b"d", 0, False, 0, 65535, 900, topic_alias_max=1)
     assert bytes(pkt) == b"\x10\x16\x00\x04MQTT\x05\x00\x00\x00\x08\x27\x00\x00\x03\x84\x22\x00\x01\x00\x01d", bytes(pkt)
-    assert "Topic Alias Maximum" in str_raises(ValueError, P.connect_packet, b"d", 0, False, 0, 4, 900, None, None,
+    assert "Topic Alias Maximum" in str_raises(ValueError, B.connect_packet, b"d", 0, False, 0, 4, 900, None, None,
                                                None, 70000)
 
 
@@ -134,20 +135,20 @@ def test_batch_seq_property_in_the_publish_header():
     try:
         for boot, first, last in ((1, 0, 2), (4294967295, 4294967293, 4294967295), (12, 100, 102)):
             seq.set(boot, first, last)
-            P.batch_seq = seq
-            start = P.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), 9, 0, None, None, None, enc)
+            B.batch_seq = seq
+            start = B.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), 9, 0, None, None, None, enc)
             users = _parse_publish(enc.buf, start, enc.end)[4]
             value = "%d:%d-%d" % (boot, first, last)
             assert (b"batch-seq", value.encode()) in users, users
             assert len(seq) == 14 + len(value) <= 46
-            assert P.publish_props_len(1, 0, None, None, None) == 19 + 16 + len(seq)   # + batch-format, batch-size
+            assert B.publish_props_len(1, 0, None, None, None) == 19 + 16 + len(seq)   # + batch-format, batch-size
         seq.set(0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)        # the largest (mqb_e2e sets it for a budget)
         assert len(seq) == 46
-        P.batch_seq = None
-        start = P.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), 9, 0, None, None, None, enc)
+        B.batch_seq = None
+        start = B.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), 9, 0, None, None, None, enc)
         assert not [k for k, v in _parse_publish(enc.buf, start, enc.end)[4] if k == b"batch-seq"]
     finally:
-        P.batch_seq = None
+        B.batch_seq = None
     assert "batch-seq" in str_raises(ValueError, seq.set, 1, 5, 4)
     assert "batch-seq" in str_raises(ValueError, seq.set, -1, 0, 0)
 
@@ -170,10 +171,10 @@ def test_receive_path_allocates_nothing():
         assert E.parse_suback(suback, 0, 4) == 1                    # granted QoS 1
         E.subscribe_packet(sub, (i & 0xFFF) + 1, ACK_TOPIC, 5)
         seq.set(3, i, i + 9)
-        P.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), (i & 0xFFF) + 1, 0, None, None, None, enc)
+        B.write_publish_header(enc.buf, enc.headroom, 2, topic, len(topic), (i & 0xFFF) + 1, 0, None, None, None, enc)
 
-    P.batch_seq = seq
+    B.batch_seq = seq
     try:
         assert_no_alloc(one)
     finally:
-        P.batch_seq = None
+        B.batch_seq = None

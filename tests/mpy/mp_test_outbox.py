@@ -8,8 +8,8 @@ import os
 import time
 from array import array
 from mqb_boot import BootCounter
-from mqb_outbox import (Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP,
-                        SEG_HEADER_SIZE, ENTRY_HEADER_SIZE)
+from mqb_outbox import Outbox, OK, FULL, UNKNOWN, CORRUPT, TOO_SMALL, DROP_OLDEST, STOP
+from mqb_outbox_format import SEG_HEADER_SIZE, ENTRY_HEADER_SIZE
 from lfs_flash import RAMFlash, formatted_image, mount, unmount
 from outbox_util import TmpDir, payload, alloc_over, str_raises, raises
 
@@ -793,3 +793,119 @@ def test_erased_bytes_inside_a_segment_and_an_unreadable_oldest_segment():
         assert ob.damage == [("segment", 0, -1, -1)], ob.damage
         assert ob.append(b"x", 1) == 9
         ob.close()
+
+
+# -- CRC-32 in two 16-bit halves (mqb_outbox_format._crc): 0 B per batch on 32-bit ports --
+
+# An outbox written by the firmware before _crc (4877cc1, binascii.crc32 and
+# struct.pack_into): segment_size 400, max_segments 2, max_entries 4, three appends
+# of bytes(range(40 i, 40 i + 37 + i)) with records 3 + i, boot 7, seqs 100 i..100 i + 2 + i,
+# then ack(1). The file bytes on flash must stay exactly these.
+_GOLD = {
+    "a00000000": "0100feff",
+    "s00000000": "4d514253010000000000000000000000a0e4df73250000000000000007000000000000000200000003000000"
+                 "e9ef2282ccdf909f000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f2021222324"
+                 "26000000010000000700000064000000670000000400000084d0581286e18b8828292a2b2c2d2e2f3031323334"
+                 "35363738393a3b3c3d3e3f404142434445464748494a4b4c4d270000000200000007000000c8000000cc000000"
+                 "05000000dc2e7bcc5f112f96505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f70"
+                 "717273747576",
+}
+
+
+def _crc_paths():
+    """(name, value of mqb_outbox_format._C): the 64-bit path (binascii.crc32 for
+    payloads) where this port has it, and the 32-bit one (halves only) everywhere."""
+    from binascii import crc32
+    return (("binascii", crc32), ("halves", None))
+
+
+def test_crc_in_halves_matches_binascii():
+    import mqb_outbox_format as F
+    import struct
+    from binascii import crc32
+    saved = F._C
+    try:
+        for name, c in _crc_paths():
+            F._C = c
+            x = 7
+            for n in list(range(0, 70)) + [255, 256, 1000, 2049]:
+                buf = bytearray(n + 3)
+                for i in range(len(buf)):
+                    x = (x * 1103515245 + 12345) & 0x3FFFFFFF
+                    buf[i] = x >> 16 & 0xFF
+                out = bytearray(6)
+                assert F._crc(buf, n, out, 1, True)
+                want = struct.pack("<I", crc32(memoryview(buf)[:n]))
+                assert bytes(out[1:5]) == want, (name, n, bytes(out[1:5]), want)
+                assert F._crc(buf, n, out, 1, False), (name, n)
+                out[1 + n % 4] ^= 1 << (n % 8)                 # a stored CRC one bit off
+                assert not F._crc(buf, n, out, 1, False), (name, n)
+                if n:
+                    out[1 + n % 4] ^= 1 << (n % 8)
+                    buf[n - 1] ^= 0x80                           # the data one bit off
+                    assert not F._crc(buf, n, out, 1, False), (name, n)
+    finally:
+        F._C = saved
+
+
+def test_on_flash_bytes_are_the_same_on_either_crc_path():
+    """Existing outboxes stay readable: both paths write the bytes the firmware wrote
+    before (_GOLD) and read them back."""
+    import mqb_outbox_format as F
+    from binascii import hexlify
+    saved = F._C
+    try:
+        for name, c in _crc_paths():
+            F._C = c
+            with TmpDir("obcrc") as d:
+                root = d + "/ob"
+                ob = Outbox(root, segment_size=400, max_segments=2, max_entries=4)
+                for i in range(3):
+                    ob.append(bytes(range(i * 40, i * 40 + 37 + i)), 3 + i, 7, 100 * i, 100 * i + 2 + i)
+                ob.ack(1)
+                ob.close()
+                got = {}
+                for f in sorted(os.listdir(root)):
+                    with open(root + "/" + f, "rb") as fh:
+                        got[f] = hexlify(fh.read()).decode()
+                assert got == _GOLD, (name, got)
+                ob = Outbox(root, segment_size=400, max_segments=2, max_entries=4)
+                assert _contents(ob) == {0: (bytes(range(0, 37)), 3, 7, 0, 2),
+                                         2: (bytes(range(80, 119)), 5, 7, 200, 204)}, name
+                ob.close()
+    finally:
+        F._C = saved
+
+
+def test_no_allocation_per_batch_on_the_32_bit_path():
+    """append, read (checked or not, into a buffer of any size) and ack allocate
+    nothing on the path a 32-bit port takes (CRC-32 in 16-bit halves, _C None),
+    forced here on a 64-bit port too; on a 32-bit port it is the only path. The
+    same counter sees the 64-bit path's memoryview (a read into a larger buffer)."""
+    import mqb_outbox_format as F
+    from binascii import crc32
+    saved = F._C
+    try:
+        with TmpDir("ob32") as d:
+            ob = Outbox(d + "/ob", segment_size=65536, max_segments=4, max_entries=400)
+            data = memoryview(bytearray(payload(1, 1000)))
+            dest = bytearray(2000)
+            exact = bytearray(1000)
+            ob.append(data, 10, 1, 0, 9)
+            F._C = None
+            res = {}
+            res["append"] = alloc_over(50, lambda i: ob.append(data, 10, 1, i, i))
+            res["read_verify"] = alloc_over(50, lambda i: ob.read(1 + i, dest))
+            res["read_verify_exact_buf"] = alloc_over(50, lambda i: ob.read(1 + i, exact))
+            res["read_no_verify"] = alloc_over(50, lambda i: ob.read(1 + i, dest, False))
+            ob.ack(0)
+            res["ack"] = alloc_over(40, lambda i: ob.ack(1 + i))
+            F._C = crc32                     # the instrument: the 64-bit path's memoryview is seen
+            seen = alloc_over(5, lambda i: ob.read(41 + i, dest))
+            ob.close()
+        print("OUTBOX_ALLOC_BYTES_32BIT_PATH", json.dumps(res), "64-bit path read_verify/5:", seen)
+        assert res == {"append": 0, "read_verify": 0, "read_verify_exact_buf": 0, "read_no_verify": 0, "ack": 0}, res
+        assert seen > 0, seen
+    finally:
+        F._C = saved
+

@@ -16,7 +16,7 @@ import sys
 import time
 import struct
 from mqb_codec import BatchEncoder
-from mqb_packet import Will
+from mqb_packet_build import Will
 from mqb_transport import Transport, TransportError, TLSError
 from mqb_client import Client, MQTTError, BUSY
 
@@ -118,10 +118,10 @@ def main():
         from mqb_sub import Subscriber
         Subscriber(client, plan["subscribe"].encode(), on_message, on_suback)
     if plan.get("batch_seq"):
-        import mqb_packet
+        import mqb_packet_build
         from mqb_packet_e2e import BatchSeq
-        mqb_packet.batch_seq = BatchSeq()
-        mqb_packet.batch_seq.set(*plan["batch_seq"])
+        mqb_packet_build.batch_seq = BatchSeq()
+        mqb_packet_build.batch_seq.set(*plan["batch_seq"])
     enc = BatchEncoder(bytearray(plan.get("buf", 4096) + plan.get("headroom", 128)), headroom=plan.get("headroom", 128),
                        max_count=plan.get("max_count", 100))
     batch_no = 0

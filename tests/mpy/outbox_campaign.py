@@ -15,7 +15,8 @@
 import os
 import time
 from array import array
-from mqb_outbox import Outbox, DROP_OLDEST, SEG_HEADER_SIZE, ENTRY_HEADER_SIZE
+from mqb_outbox import Outbox, DROP_OLDEST
+from mqb_outbox_format import SEG_HEADER_SIZE, ENTRY_HEADER_SIZE
 from outbox_util import payload, rmtree
 
 CFG = dict(segment_size=300, max_segments=4, max_entries=4, policy=DROP_OLDEST)

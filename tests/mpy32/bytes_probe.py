@@ -7,6 +7,7 @@ from array import array
 from binascii import crc32, hexlify
 
 import mqb_packet as P
+import mqb_packet_build as B
 from mqb_codec import BatchEncoder
 from mqb_hmac import BatchMac
 from mqb_outbox import Outbox
@@ -37,21 +38,21 @@ def main(tmp):
     topic = b"mqbatch/dev-001/telemetry"
     mac = BatchMac(bytes(range(32)))
     out("hmac", mac.sign(topic, enc.count, payload))
-    P.batch_mac = mac.hex  # the PUBLISH carries the last MAC
+    B.batch_mac = mac.hex  # the PUBLISH carries the last MAC
     try:
-        start = P.write_publish_header(
+        start = B.write_publish_header(
             enc.buf, enc.headroom, 0x02, topic, len(topic), 0xFFFF, 0, 4294967295, b"application/x-mqbatch", 0, enc
         )
     finally:
-        P.batch_mac = None
+        B.batch_mac = None
     out("publish", memoryview(enc.buf)[start : enc.end])
-    will = P.Will(b"mqbatch/dev-001/status", b"offline", 1, True, 30, 4294967295)
+    will = B.Will(b"mqbatch/dev-001/status", b"offline", 1, True, 30, 4294967295)
     out(
         "connect",
-        P.connect_packet(b"dev-001", 65535, True, 4294967295, 65535, 268435455, b"dev-001", b"secret", will, 10),
+        B.connect_packet(b"dev-001", 65535, True, 4294967295, 65535, 268435455, b"dev-001", b"secret", will, 10),
     )
     ack = bytearray(8)
-    out("pubrel", ack[: P.ack_packet(ack, P.PUBREL, 0xFFFF, 0x92)])
+    out("pubrel", ack[: B.ack_packet(ack, P.PUBREL, 0xFFFF, 0x92)])
 
     ob = Outbox(tmp + "/ob", segment_size=4096, max_segments=4, max_entries=16)
     for i in range(12):

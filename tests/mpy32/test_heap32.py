@@ -21,8 +21,13 @@ APP_MODULES = [
     "mqb_boot",
     "mqb_client",
     "mqb_codec",
+    "mqb_flush",
+    "mqb_inflight",
+    "mqb_net",
     "mqb_outbox",
+    "mqb_outbox_format",
     "mqb_packet",
+    "mqb_packet_build",
     "mqb_record",
     "mqb_transport",
 ]  # what `import mqb_app` loads with the default config

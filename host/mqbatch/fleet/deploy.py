@@ -100,7 +100,9 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
         else:
             dst = build_dir / (src.stem + ".mpy")
             proc = subprocess.run(
-                [str(mpy_cross), *settings["mpy_cross_args"], "-o", str(dst), str(src)], capture_output=True, text=True
+                [str(mpy_cross), *settings["mpy_cross_args"], "-s", src.stem, "-o", str(dst), str(src)],
+                capture_output=True,
+                text=True,
             )
             if proc.returncode != 0:
                 raise DeployError(f"mpy-cross failed on {src.name}:\n{proc.stderr}")
@@ -108,24 +110,24 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
     return files
 
 
-# Runs in the MicroPython Unix port: the firmware's own config rules (mqb_app.make_config)
+# Runs in the MicroPython Unix port: the firmware's own config rules (mqb_config.make_config)
 # on the config file given as argument; prints CONFIG-OK or CONFIG-ERROR and the reason.
 _CHECK_SCRIPT = """
 import sys, json
-import mqb_app
+import mqb_config
 with open(sys.argv[1]) as f:
     user = json.load(f)
 try:
-    mqb_app.make_config(user)
+    mqb_config.make_config(user)
     print('CONFIG-OK')
-except mqb_app.ConfigError as e:
+except mqb_config.ConfigError as e:
     print('CONFIG-ERROR', e.args[0])
 """
 
 
 def check_config(config_path: pathlib.Path, board: str = "unix") -> dict:
     """Read the device config and check it with the firmware's own rules
-    (mqb_app.make_config, run in the Unix port), as the board will at boot.
+    (mqb_config.make_config, run in the Unix port), as the board will at boot.
     Returns the parsed config; raises DeployError naming the key and what it must be."""
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -145,7 +147,7 @@ def check_config(config_path: pathlib.Path, board: str = "unix") -> dict:
     if last.startswith("CONFIG-ERROR "):
         raise DeployError(
             f"config {config_path}: {last[len('CONFIG-ERROR ') :]} "
-            f"(the firmware's own check, mqb_app.make_config; see boards/{board}/config.template.json)"
+            f"(the firmware's own check, mqb_config.make_config; see boards/{board}/config.template.json)"
         )
     raise DeployError(
         f"the firmware's config check failed to run (exit {proc.returncode}): "
