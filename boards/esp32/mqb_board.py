@@ -6,7 +6,6 @@ import machine
 import mqb_wifi
 # the Wi-Fi boards share their network and clock functions
 from mqb_wifi import connect as network_connect, sync_time, time_synced, up as network_up  # noqa: F401
-import os
 
 NAME = "esp32"
 CHANNELS = (1, 3, 4)   # temperature, supply_voltage, rssi

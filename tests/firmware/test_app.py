@@ -1,6 +1,7 @@
 """The device application (firmware/mqb_app.py) as virtual devices: real MicroPython
 Unix-port processes running the compiled firmware, a real Mosquitto with TLS,
 passwords and per-device ACLs, and a paho-mqtt subscriber checking what arrived."""
+
 from __future__ import annotations
 
 import signal
@@ -16,8 +17,9 @@ ACL = "user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n"
 
 
 def secured_broker(mosquitto, creds, **options):
-    return mosquitto(tls=True, allow_anonymous=False, users={**creds, READER[0]: READER[1]}, acl=ACL,
-                     persistence=True, **options)
+    return mosquitto(
+        tls=True, allow_anonymous=False, users={**creds, READER[0]: READER[1]}, acl=ACL, persistence=True, **options
+    )
 
 
 def delivered(messages) -> tuple[set, list, dict]:
@@ -41,14 +43,20 @@ def delivered(messages) -> tuple[set, list, dict]:
 
 def durable_subscriber(subscriber, broker):
     """The witness: a persistent-session subscriber (see mqbatch_testing.broker.Subscriber)."""
-    return subscriber(broker, "mqbatch/#", username=READER[0], password=READER[1], client_id="durable-reader",
-                      persistent=True)
+    return subscriber(
+        broker, "mqbatch/#", username=READER[0], password=READER[1], client_id="durable-reader", persistent=True
+    )
 
 
 def fleet_config(**over):
-    cfg = {"sample_hz": 20, "run_for_s": 4, "drain_timeout_s": 30, "health_every_s": 1,
-           "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 1000},
-           "backoff": {"initial_ms": 200, "max_ms": 2000}}
+    cfg = {
+        "sample_hz": 20,
+        "run_for_s": 4,
+        "drain_timeout_s": 30,
+        "health_every_s": 1,
+        "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 1000},
+        "backoff": {"initial_ms": 200, "max_ms": 2000},
+    }
     cfg.update(over)
     return cfg
 
@@ -58,8 +66,15 @@ def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki
     creds = {"dev-001": "pw-1", "dev-002": "pw-2"}
     broker = secured_broker(mosquitto, creds)
     sub = subscriber(broker, "mqbatch/#", username=READER[0], password=READER[1])
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
-               config=fleet_config(record_format=record_format)) as fleet:
+    with Fleet(
+        tmp_path / "fleet",
+        broker.host,
+        broker.port,
+        credentials=creds,
+        ca=pki.ca_cert,
+        heapsize="64K",
+        config=fleet_config(record_format=record_format),
+    ) as fleet:
         fleet.start()
         codes = fleet.wait(90)
         assert codes == {"dev-001": 0, "dev-002": 0}, {d: fleet.console(d)[-2000:] for d in creds}
@@ -67,13 +82,17 @@ def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki
         stored = fleet.stored()
     msgs = sub.settle(quiet=1.0)
     got, dups, kinds = delivered(msgs)
-    formats = {records.parse(x).format for m in msgs if m.topic.endswith("/telemetry")
-               for x in codec.decode(m.user_properties, m.payload).messages}
+    formats = {
+        records.parse(x).format
+        for m in msgs
+        if m.topic.endswith("/telemetry")
+        for x in codec.decode(m.user_properties, m.payload).messages
+    }
     assert formats == {record_format}
     # e2e acks off (no e2e_ack in the config): no batch-seq property (docs/e2e-ack.md)
     assert not [k for m in msgs for k, _ in m.user_properties if k == "batch-seq"]
-    assert stored and got == stored            # every stored record arrived, nothing else
-    assert dups == []                          # an undisturbed run sends each batch once
+    assert stored and got == stored  # every stored record arrived, nothing else
+    assert dups == []  # an undisturbed run sends each batch once
     for dev in creds:
         s = sums[dev]
         assert s["outbox_depth"] == 0 and s["acked_records"] == s["stored_records"] == s["next_seq"]
@@ -88,8 +107,9 @@ def test_device_refused_by_acl_on_foreign_topic_reports_it(mosquitto, subscriber
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
     cfg = fleet_config(run_for_s=2, drain_timeout_s=3, topic="mqbatch/dev-999/telemetry")
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
-               config=cfg) as fleet:
+    with Fleet(
+        tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K", config=cfg
+    ) as fleet:
         fleet.start()
         assert fleet.wait(60) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
@@ -107,8 +127,9 @@ def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber,
     broker = secured_broker(mosquitto, creds)
     sub = durable_subscriber(subscriber, broker)
     cfg = fleet_config(sample_hz=10, run_for_s=45, drain_timeout_s=60, health_every_s=5)
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
-               config=cfg) as fleet:
+    with Fleet(
+        tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K", config=cfg
+    ) as fleet:
         fleet.start()
         time.sleep(5)
         broker.stop()
@@ -131,8 +152,10 @@ def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber,
     # live heap is measured after gc.collect(): within the heap, below the peak with garbage
     assert 30_000 < s["peak_heap_live"] <= s["peak_heap"] <= 64 * 1024, s
     assert kinds["dev-001"].count(records.HEALTH) >= 8
-    print(f"64K heap: peak_heap_live {s['peak_heap_live']} B, peak_heap {s['peak_heap']} B (incl. garbage), "
-          f"{len(stored)} records stored and delivered, {len(dups)} duplicates, {s['reconnects']} reconnects")
+    print(
+        f"64K heap: peak_heap_live {s['peak_heap_live']} B, peak_heap {s['peak_heap']} B (incl. garbage), "
+        f"{len(stored)} records stored and delivered, {len(dups)} duplicates, {s['reconnects']} reconnects"
+    )
 
 
 def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto, subscriber, pki, tmp_path):
@@ -141,16 +164,17 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
     sub = durable_subscriber(subscriber, broker)
     # batches sealed every 5 records at 50 Hz: the outbox is written ~10 times a second
     cfg = fleet_config(sample_hz=50, run_for_s=6, flush={"max_count": 5, "max_bytes": 2048, "max_age_ms": 1000})
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
-               config=cfg) as fleet:
+    with Fleet(
+        tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K", config=cfg
+    ) as fleet:
         fleet.start()
         time.sleep(1.0)
-        broker.stop()            # nothing can be acknowledged: the outbox only grows
+        broker.stop()  # nothing can be acknowledged: the outbox only grows
         time.sleep(1.5)
         fleet.kill("dev-001", signal.SIGKILL)
         before_kill = fleet.stored()
         broker.start()
-        fleet.start_device("dev-001")    # reboot: boot 2 resends boot 1's outbox
+        fleet.start_device("dev-001")  # reboot: boot 2 resends boot 1's outbox
         assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
         console = fleet.console("dev-001")
@@ -159,8 +183,10 @@ def test_sigkill_while_writing_outbox_then_reboot_delivers_all_stored(mosquitto,
     assert {b for _, b, _ in before_kill} == {1} and len(before_kill) >= 20, console
     assert before_kill <= got, f"lost after SIGKILL: {sorted(before_kill - got)[:5]}"
     assert s["boot"] == 2 and s["outbox_depth"] == 0
-    print(f"SIGKILL test: {len(before_kill)} records stored before the kill, all delivered; "
-          f"{len(dups)} duplicates delivered (allowed)")
+    print(
+        f"SIGKILL test: {len(before_kill)} records stored before the kill, all delivered; "
+        f"{len(dups)} duplicates delivered (allowed)"
+    )
 
 
 def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosquitto, subscriber, pki, tmp_path):
@@ -170,10 +196,9 @@ def test_puback_0x10_no_subscribers_keeps_the_batch_until_someone_listens(mosqui
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
     cfg = fleet_config(run_for_s=8, drain_timeout_s=40, backoff={"initial_ms": 200, "max_ms": 1000})
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert,
-               config=cfg) as fleet:
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, config=cfg) as fleet:
         fleet.start()
-        time.sleep(4)                       # no subscriber yet: every PUBACK so far is 0x10
+        time.sleep(4)  # no subscriber yet: every PUBACK so far is 0x10
         sub = durable_subscriber(subscriber, broker)
         assert fleet.wait(90) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
         s = fleet.summaries()["dev-001"]
@@ -190,16 +215,17 @@ def test_batches_stored_larger_than_the_new_buffer_are_split_not_lost(mosquitto,
     """A device reboots with a smaller flush.max_bytes than the batches in its outbox:
     they are read into a scratch buffer and stored again in batches that fit."""
     import json
+
     creds = {"dev-001": "pw-1"}
     broker = secured_broker(mosquitto, creds)
     sub = durable_subscriber(subscriber, broker)
-    broker.stop()                           # first run: nothing can be sent, big batches pile up
-    cfg = fleet_config(sample_hz=50, run_for_s=4, drain_timeout_s=1,
-                       flush={"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000})
-    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert,
-               config=cfg) as fleet:
+    broker.stop()  # first run: nothing can be sent, big batches pile up
+    cfg = fleet_config(
+        sample_hz=50, run_for_s=4, drain_timeout_s=1, flush={"max_count": 100, "max_bytes": 2048, "max_age_ms": 2000}
+    )
+    with Fleet(tmp_path / "fleet", broker.host, broker.port, credentials=creds, ca=pki.ca_cert, config=cfg) as fleet:
         fleet.start()
-        assert fleet.wait(60) == {"dev-001": 1}          # ended with an undelivered outbox: exit 1
+        assert fleet.wait(60) == {"dev-001": 1}  # ended with an undelivered outbox: exit 1
         first = fleet.summaries()["dev-001"]
         assert first["outbox_depth"] >= 2 and not first["drained"]
         path = fleet.dir("dev-001") / "config.json"
@@ -222,22 +248,29 @@ def test_disconnect_0x9c_use_another_server_moves_the_device(mosquitto, subscrib
     """A broker that answers DISCONNECT 0x9C Use another server with a Server Reference
     sends the device to that server (a fake first server, a real Mosquitto second)."""
     from mqbatch_testing.fake_server import CONNACK_OK, FakeServer, packet, props, string
+
     target = mosquitto(tls=False)
     sub = subscriber(target, "mqbatch/#")
     ref = f"127.0.0.1:{target.port}"
 
     def move_on(c):
-        c.expect(1)                                   # CONNECT
+        c.expect(1)  # CONNECT
         c.send(CONNACK_OK)
         c.send(packet(0xE0, b"\x9c" + props(string(0x1F, "maintenance"), string(0x1C, ref))))
 
     fake = FakeServer([move_on])
     try:
-        with Fleet(tmp_path / "fleet", "127.0.0.1", fake.port, credentials={"dev-001": "pw"}, tls=False,
-                   config=fleet_config(run_for_s=3)) as fleet:
+        with Fleet(
+            tmp_path / "fleet",
+            "127.0.0.1",
+            fake.port,
+            credentials={"dev-001": "pw"},
+            tls=False,
+            config=fleet_config(run_for_s=3),
+        ) as fleet:
             fleet.start()
             assert fleet.wait(60) == {"dev-001": 0}, fleet.console("dev-001")[-3000:]
-            s = fleet.summaries()["dev-001"]
+            assert "dev-001" in fleet.summaries()  # the device wrote its summary
             stored = fleet.stored()
             console = fleet.console("dev-001")
     finally:
@@ -256,15 +289,24 @@ def test_signing_device_in_a_deep_host_directory_runs_in_64k(mosquitto, subscrib
     import json
 
     from mqbatch.util.paths import ROOT
+
     creds = {"kitchen-1": "pw-1"}
     broker = secured_broker(mosquitto, creds)
     sub = durable_subscriber(subscriber, broker)
     template = json.loads((ROOT / "boards" / "unix" / "config.template.json").read_text())
     for k in ("device_id", "broker"):
         template.pop(k)
-    deep = tmp_path / ("d" * 40) / ("e" * 40)     # mpy-cross refuses paths over 255
-    with Fleet(deep, broker.host, broker.port, credentials=creds, ca=pki.ca_cert, heapsize="64K",
-               config=dict(template, run_for_s=2.0), hmac_keys={"kitchen-1": bytes(range(32))}) as fleet:
+    deep = tmp_path / ("d" * 40) / ("e" * 40)  # mpy-cross refuses paths over 255
+    with Fleet(
+        deep,
+        broker.host,
+        broker.port,
+        credentials=creds,
+        ca=pki.ca_cert,
+        heapsize="64K",
+        config=dict(template, run_for_s=2.0),
+        hmac_keys={"kitchen-1": bytes(range(32))},
+    ) as fleet:
         assert len(str(fleet.dir("kitchen-1"))) > 150
         fleet.start()
         codes = fleet.wait(60)

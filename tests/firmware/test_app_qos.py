@@ -3,6 +3,7 @@ whose limits are below what the app asks for: Maximum QoS 0 or 1, Retain Availab
 Found by `mqbatch conformance` (max-qos-0, max-qos-1, retain-unavailable): the app
 used to retry the same refused CONNECT (or its own refused PUBLISH) forever.
 A WireTap between device and broker records every packet as it was on the wire."""
+
 from __future__ import annotations
 
 from test_app import delivered, fleet_config
@@ -24,15 +25,22 @@ def connack_codes(tap) -> list[int]:
 
 
 def run_device(tap, tmp_path, **cfg):
-    with Fleet(tmp_path / "fleet", tap.host, tap.port, credentials={"dev-001": "pw"}, tls=False,
-               config=fleet_config(**{"run_for_s": 3, "drain_timeout_s": 20, **cfg})) as fleet:
+    with Fleet(
+        tmp_path / "fleet",
+        tap.host,
+        tap.port,
+        credentials={"dev-001": "pw"},
+        tls=False,
+        config=fleet_config(**{"run_for_s": 3, "drain_timeout_s": 20, **cfg}),
+    ) as fleet:
         fleet.start()
         codes = fleet.wait(60)
         return codes["dev-001"], fleet.summaries().get("dev-001", {}), fleet.stored(), fleet.console("dev-001")
 
 
 def test_max_qos_0_will_lowered_and_batches_sent_at_qos0_kept_until_the_broker_read_them(
-        mosquitto, subscriber, wiretap, tmp_path):
+    mosquitto, subscriber, wiretap, tmp_path
+):
     broker = mosquitto(max_qos=0)
     sub = subscriber(broker, "mqbatch/#", qos=0)
     tap = wiretap(broker)

@@ -1,6 +1,7 @@
 """The device MQTT client (firmware/mqb_client.py, run in the MicroPython Unix port)
 against a real Mosquitto 2.0, checked by a paho-mqtt subscriber and, for plain-TCP
 listeners, by a WireTap that records every packet on the wire."""
+
 from __future__ import annotations
 
 import struct
@@ -51,8 +52,14 @@ def test_default_broker_qos_0_1_2_with_properties(mosquitto, subscriber, wiretap
     sub = subscriber(b, "mqbatch/#", qos=2)
     tap = wiretap(b)
     props = {"expiry": 3600, "content_type": "application/vnd.mqbatch.v1", "payload_format": 0}
-    ev = run_drive(plan(tap.host, tap.port, [["connect", {}], pub(0, **props), pub(1, **props), pub(2, **props),
-                                             ["flush", {}], ["disconnect", {}]]), tmp_path)
+    ev = run_drive(
+        plan(
+            tap.host,
+            tap.port,
+            [["connect", {}], pub(0, **props), pub(1, **props), pub(2, **props), ["flush", {}], ["disconnect", {}]],
+        ),
+        tmp_path,
+    )
     assert not errors(ev), ev
     (ca,) = of(ev, "connack")
     assert ca["session_present"] is False and ca["topic_alias_max"] == 10 and ca["limit"] == 4
@@ -81,10 +88,16 @@ def test_small_max_packet_size_is_never_exceeded(mosquitto, wiretap, subscriber,
     b = mosquitto(max_packet_size=limit)
     sub = subscriber(b, "mqbatch/#")
     tap = wiretap(b)
-    steps = [["connect", {}], ["budget", {"topic": TOPIC, "qos": 1}],
-             pub(1, batches=4, records=0), pub(0, batches=2, records=0), ["flush", {}],
-             ["budget", {"topic": TOPIC + "/longer-topic-name", "qos": 1}],
-             pub(1, batches=2, records=0, topic=TOPIC + "/longer-topic-name"), ["flush", {}]]
+    steps = [
+        ["connect", {}],
+        ["budget", {"topic": TOPIC, "qos": 1}],
+        pub(1, batches=4, records=0),
+        pub(0, batches=2, records=0),
+        ["flush", {}],
+        ["budget", {"topic": TOPIC + "/longer-topic-name", "qos": 1}],
+        pub(1, batches=2, records=0, topic=TOPIC + "/longer-topic-name"),
+        ["flush", {}],
+    ]
     ev = run_drive(plan(tap.host, tap.port, steps, client={"alias_slots": 0}), tmp_path)
     assert not errors(ev), ev
     assert of(ev, "connack")[0]["max_packet_size"] == limit
@@ -109,8 +122,11 @@ def test_topic_alias_maximum(alias_max, mosquitto, wiretap, subscriber, tmp_path
     sub = subscriber(b, "mqbatch/#")
     tap = wiretap(b)
     topics = [f"mqbatch/device-1/t{i}" for i in range(3)] * 2
-    steps = [["connect", {}]] + [pub(1, topic=t) for t in topics] + [["flush", {}], ["drop", {}], ["connect", {}],
-                                                                     pub(1, topic=topics[0]), ["flush", {}]]
+    steps = (
+        [["connect", {}]]
+        + [pub(1, topic=t) for t in topics]
+        + [["flush", {}], ["drop", {}], ["connect", {}], pub(1, topic=topics[0]), ["flush", {}]]
+    )
     ev = run_drive(plan(tap.host, tap.port, steps, client={"alias_slots": 4, "session_expiry": 0}), tmp_path)
     assert not errors(ev), ev
     assert all(c["topic_alias_max"] == alias_max for c in of(ev, "connack"))
@@ -121,8 +137,15 @@ def test_topic_alias_maximum(alias_max, mosquitto, wiretap, subscriber, tmp_path
         assert [t for _, t, _ in names] == topics + topics[:1]
     else:
         t0, t1, t2 = topics[:3]
-        assert names == [(0, t0, 1), (0, t1, 2), (0, t2, None), (0, "", 1), (0, "", 2), (0, t2, None),
-                         (1, t0, 1)]  # aliases are forgotten on reconnect: the name is sent again
+        assert names == [
+            (0, t0, 1),
+            (0, t1, 2),
+            (0, t2, None),
+            (0, "", 1),
+            (0, "", 2),
+            (0, t2, None),
+            (1, t0, 1),
+        ]  # aliases are forgotten on reconnect: the name is sent again
     msgs = sub.wait_for(7)
     assert [m.topic for m in msgs] == topics + topics[:1]
 
@@ -199,8 +222,15 @@ def test_retain_not_available(mosquitto, wiretap, subscriber, tmp_path):
 def test_will_with_properties_is_published_when_link_drops(mosquitto, subscriber, tmp_path):
     b = mosquitto()
     sub = subscriber(b, "mqbatch/device-1/status")
-    will = {"topic": "mqbatch/device-1/status", "payload": "offline", "qos": 1, "retain": True,
-            "expiry": 600, "content_type": "text/plain", "payload_format": 1}
+    will = {
+        "topic": "mqbatch/device-1/status",
+        "payload": "offline",
+        "qos": 1,
+        "retain": True,
+        "expiry": 600,
+        "content_type": "text/plain",
+        "payload_format": 1,
+    }
     ev = run_drive(plan(b.host, b.port, [["connect", {}], ["drop", {}]], client={"will": will}), tmp_path)
     assert not errors(ev)
     (m,) = sub.wait_for(1)
@@ -213,8 +243,9 @@ def test_tls_with_ca_pem_and_der(mosquitto, subscriber, pki, tmp_path):
     sub = subscriber(b, "mqbatch/#")
     for ca in (pki.ca_cert, pki.ca.cert_der):
         tls = {"cafile": str(ca), "server_hostname": "localhost"}
-        ev = run_drive(plan(b.host, b.port, [["connect", {}], pub(1), ["flush", {}], ["disconnect", {}]], tls=tls),
-                       tmp_path)
+        ev = run_drive(
+            plan(b.host, b.port, [["connect", {}], pub(1), ["flush", {}], ["disconnect", {}]], tls=tls), tmp_path
+        )
         assert not errors(ev), ev
         assert [a["code"] for a in of(ev, "ack")] == [0]
     msgs = sub.wait_for(2)
@@ -222,20 +253,24 @@ def test_tls_with_ca_pem_and_der(mosquitto, subscriber, pki, tmp_path):
     check_batch(msgs[0].payload, msgs[0].user_properties, 0)
 
 
-@pytest.mark.parametrize("case, kind", [("wrong-ca", "untrusted"), ("hostname", "hostname"),
-                                        ("expired", "expired")])
+@pytest.mark.parametrize("case, kind", [("wrong-ca", "untrusted"), ("hostname", "hostname"), ("expired", "expired")])
 def test_tls_failures_are_named_and_nothing_is_sent(case, kind, mosquitto, pki, tmp_path):
     if case == "expired":
         b = mosquitto(tls=True, certfile=pki.expired_server.cert, keyfile=pki.expired_server.key)
     else:
         b = mosquitto(tls=True)
-    tls = {"cafile": str(pki.other_ca.cert if case == "wrong-ca" else pki.ca_cert),
-           "server_hostname": "wrong.example" if case == "hostname" else "localhost"}
+    tls = {
+        "cafile": str(pki.other_ca.cert if case == "wrong-ca" else pki.ca_cert),
+        "server_hostname": "wrong.example" if case == "hostname" else "localhost",
+    }
     ev = run_drive(plan(b.host, b.port, [["connect", {}], pub(1)], tls=tls), tmp_path)
     (err,) = errors(ev)
     assert err["type"] == "TLSError" and err["kind"] == kind, err
-    want = {"untrusted": "not signed by the configured CA", "hostname": "does not match the server name",
-            "expired": "has expired"}[kind]
+    want = {
+        "untrusted": "not signed by the configured CA",
+        "hostname": "does not match the server name",
+        "expired": "has expired",
+    }[kind]
     assert want in err["message"], err["message"]
     assert not of(ev, "connack") and not of(ev, "published")
     time.sleep(0.2)
@@ -248,17 +283,28 @@ def test_mutual_tls_identity_as_username_and_acl(mosquitto, subscriber, pki, tmp
     reader = pki.client("reader")
     sub = subscriber(b, "mqbatch/#", certfile=reader.cert, keyfile=reader.key)
     dev = pki.client("device-1")
-    tls = {"cafile": str(pki.ca_cert), "certfile": str(dev.cert_der), "keyfile": str(dev.key), "server_hostname": "localhost"}
+    tls = {
+        "cafile": str(pki.ca_cert),
+        "certfile": str(dev.cert_der),
+        "keyfile": str(dev.key),
+        "server_hostname": "localhost",
+    }
     other = "mqbatch/device-2/telemetry"
-    ev = run_drive(plan(b.host, b.port, [["connect", {}], pub(1), pub(1, topic=other), ["flush", {}],
-                                         ["disconnect", {}]], tls=tls), tmp_path)
+    ev = run_drive(
+        plan(
+            b.host, b.port, [["connect", {}], pub(1), pub(1, topic=other), ["flush", {}], ["disconnect", {}]], tls=tls
+        ),
+        tmp_path,
+    )
     assert not errors(ev), ev
     assert [a["code"] for a in of(ev, "ack")] == [0, 0x87]  # own topic ok; another device's: Not authorized
     assert [m.topic for m in sub.settle()] == [TOPIC]
     assert "u'device-1'" in b.logs()
     # without a client certificate the broker ends the TLS session: reported, nothing published
-    ev = run_drive(plan(b.host, b.port, [["connect", {}]], tls={"cafile": str(pki.ca_cert), "server_hostname": "localhost"}),
-                   tmp_path)
+    ev = run_drive(
+        plan(b.host, b.port, [["connect", {}]], tls={"cafile": str(pki.ca_cert), "server_hostname": "localhost"}),
+        tmp_path,
+    )
     (err,) = errors(ev)
     assert err["type"] in ("TransportError", "TLSError") and not of(ev, "connack"), err
 
@@ -268,8 +314,16 @@ def test_password_file_and_acl_limit_each_device_to_its_topic(mosquitto, subscri
     b = mosquitto(allow_anonymous=False, users={"device-1": "pw-1", "device-2": "pw-2", "reader": "pw-r"}, acl=acl)
     sub = subscriber(b, "mqbatch/#", username="reader", password="pw-r")
     creds = {"username": "device-1", "password": "pw-1"}
-    steps = [["connect", {}], pub(1), pub(1, topic="mqbatch/device-2/telemetry"), pub(0, topic="mqbatch/device-2/telemetry"),
-             ["flush", {}], ["drop", {}], ["connect", {}], ["disconnect", {}]]
+    steps = [
+        ["connect", {}],
+        pub(1),
+        pub(1, topic="mqbatch/device-2/telemetry"),
+        pub(0, topic="mqbatch/device-2/telemetry"),
+        ["flush", {}],
+        ["drop", {}],
+        ["connect", {}],
+        ["disconnect", {}],
+    ]
     ev = run_drive(plan(b.host, b.port, steps, client={**creds, "session_expiry": 60}), tmp_path)
     assert not errors(ev), ev
     acks = of(ev, "ack")
@@ -277,8 +331,9 @@ def test_password_file_and_acl_limit_each_device_to_its_topic(mosquitto, subscri
     # refused messages are final: nothing is waiting to be resent in the resumed session
     assert of(ev, "connack")[1]["session_present"] is True and of(ev, "connack")[1]["pending_resend"] == []
     assert [m.topic for m in sub.settle()] == [TOPIC]
-    ev = run_drive(plan(b.host, b.port, [["connect", {}]], client={"username": "device-1", "password": "wrong"}),
-                   tmp_path)
+    ev = run_drive(
+        plan(b.host, b.port, [["connect", {}]], client={"username": "device-1", "password": "wrong"}), tmp_path
+    )
     (err,) = errors(ev)
     assert err["packet"] == "CONNACK" and err["code"] in (0x86, 0x87) and not err["local"], err
     ev = run_drive(plan(b.host, b.port, [["connect", {}]], client={"client_id": "anon"}), tmp_path)
@@ -291,10 +346,20 @@ def test_refused_message_is_reported_and_never_resent(mosquitto, wiretap, subscr
     sub = subscriber(b, "mqbatch/#", username="reader", password="pw-r")
     tap = wiretap(b)
     other = "mqbatch/device-2/telemetry"
-    steps = [["connect", {}], pub(1, topic=other), pub(1), ["flush", {}], ["drop", {}],
-             ["connect", {}], ["flush", {}], ["disconnect", {}]]
-    ev = run_drive(plan(tap.host, tap.port, steps, client={"session_expiry": 60, "username": "device-1",
-                                                           "password": "pw-1"}), tmp_path)
+    steps = [
+        ["connect", {}],
+        pub(1, topic=other),
+        pub(1),
+        ["flush", {}],
+        ["drop", {}],
+        ["connect", {}],
+        ["flush", {}],
+        ["disconnect", {}],
+    ]
+    ev = run_drive(
+        plan(tap.host, tap.port, steps, client={"session_expiry": 60, "username": "device-1", "password": "pw-1"}),
+        tmp_path,
+    )
     assert not errors(ev), ev
     assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0x87), (2, 0)]
     c2 = of(ev, "connack")[1]
@@ -313,8 +378,11 @@ def test_session_taken_over_is_reported_as_closed_link(mosquitto, tmp_path):
             usurper.loop_start()
 
     try:
-        ev = run_drive(plan(b.host, b.port, [["connect", {}], ["mark", {"name": "connected"}],
-                                             ["service_for", {"ms": 10000}]]), tmp_path, on_event=on_event)
+        ev = run_drive(
+            plan(b.host, b.port, [["connect", {}], ["mark", {"name": "connected"}], ["service_for", {"ms": 10000}]]),
+            tmp_path,
+            on_event=on_event,
+        )
     finally:
         usurper.loop_stop()
         usurper.disconnect()
@@ -333,8 +401,7 @@ def test_dead_link_is_detected_by_keep_alive(mosquitto, tmp_path):
         if e["event"] == "mark":
             b.suspend()  # TCP stays up, nothing answers
 
-    steps = [["connect", {}], ["service_for", {"ms": 2500}], ["mark", {"name": "hang"}],
-             ["service_for", {"ms": 15000}]]
+    steps = [["connect", {}], ["service_for", {"ms": 2500}], ["mark", {"name": "hang"}], ["service_for", {"ms": 15000}]]
     t0 = time.monotonic()
     try:
         ev = run_drive(plan(b.host, b.port, steps, client={"keepalive": 2}), tmp_path, on_event=on_event)
@@ -353,17 +420,24 @@ def test_unacknowledged_messages_resent_with_dup_only_after_session_present(mosq
     sub = subscriber(b, "mqbatch/#")
     tap = wiretap(b)
     # 1) publish two QoS 1 batches and lose the link before reading the PUBACKs; resume the session
-    steps = [["connect", {}], pub(1, batches=2, service=False), ["drop", {}], ["connect", {}],
-             ["resend", {"topic": TOPIC, "pid_to_batch": {"1": 0, "2": 1}}], ["flush", {}], ["disconnect", {}]]
+    steps = [
+        ["connect", {}],
+        pub(1, batches=2, service=False),
+        ["drop", {}],
+        ["connect", {}],
+        ["resend", {"topic": TOPIC, "pid_to_batch": {"1": 0, "2": 1}}],
+        ["flush", {}],
+        ["disconnect", {}],
+    ]
     ev = run_drive(plan(tap.host, tap.port, steps, client={"session_expiry": 300}), tmp_path)
     assert not errors(ev), ev
     c1, c2 = of(ev, "connack")
     assert c1["session_present"] is False and c2["session_present"] is True and c2["pending_resend"] == [1, 2]
     wire = [(f.conn, f.publish_fields()) for f in tap.packets(PUBLISH, "c2s")]
     first = [(p["pid"], p["dup"]) for c, p in wire if c == 0]
-    assert first == [(1, False), (2, False)][:len(first)]  # (what the RST did not discard)
+    assert first == [(1, False), (2, False)][: len(first)]  # (what the RST did not discard)
     assert [(c, p["pid"], p["dup"]) for c, p in wire if c == 1] == [(1, 1, True), (1, 2, True)]
-    for c, p in wire:
+    for _c, p in wire:
         check_batch(p["payload"], p["props"]["user"], p["pid"] - 1)  # the resend carries the same batch
     assert [(a["pid"], a["code"]) for a in of(ev, "ack")] == [(1, 0), (2, 0)]
     # QoS 1 is at least once: each batch arrives, possibly twice (the host de-duplicates by
@@ -376,8 +450,14 @@ def test_unacknowledged_messages_resent_with_dup_only_after_session_present(mosq
     # 2) the same loss, but the reconnect starts a new session: nothing is resent with DUP,
     #    the application is told to publish again
     n = len(tap.packets(PUBLISH))
-    steps = [["connect", {}], pub(1, service=False), ["drop", {}], ["connect", {"clean_start": True}],
-             ["flush", {}], ["disconnect", {}]]
+    steps = [
+        ["connect", {}],
+        pub(1, service=False),
+        ["drop", {}],
+        ["connect", {"clean_start": True}],
+        ["flush", {}],
+        ["disconnect", {}],
+    ]
     ev = run_drive(plan(tap.host, tap.port, steps, client={"session_expiry": 300, "client_id": "device-1b"}), tmp_path)
     assert not errors(ev), ev
     assert [c["session_present"] for c in of(ev, "connack")] == [False, False]
@@ -394,9 +474,19 @@ def test_broker_restart_resumes_persistent_session(mosquitto, tmp_path):
 
     # Mosquitto 2.0.11 writes a v5 session to its persistence file only if that connection
     # had Clean Start 0, so the device's first (clean) connection is followed by a resume.
-    steps = [["connect", {}], ["drop", {}], ["connect", {}], pub(1), ["flush", {}], ["mark", {"name": "restart"}],
-             ["service_for", {"ms": 5000, "continue": True}], ["connect", {"retry_ms": 10000}], pub(1), ["flush", {}],
-             ["disconnect", {}]]
+    steps = [
+        ["connect", {}],
+        ["drop", {}],
+        ["connect", {}],
+        pub(1),
+        ["flush", {}],
+        ["mark", {"name": "restart"}],
+        ["service_for", {"ms": 5000, "continue": True}],
+        ["connect", {"retry_ms": 10000}],
+        pub(1),
+        ["flush", {}],
+        ["disconnect", {}],
+    ]
     ev = run_drive(plan(b.host, b.port, steps, client={"session_expiry": 300}), tmp_path, on_event=on_event)
     (err,) = errors(ev)  # the outage is reported, not hidden
     assert err["step"] == "service_for" and err["type"] in ("TransportError", "MQTTError"), err
@@ -423,9 +513,17 @@ def test_device_subscribes_to_its_ack_topic_and_receives_paho_publishes(mosquitt
             sent.append(acker.publish(ack_topic, payloads[1], qos=0))
 
     try:
-        ev = run_drive(plan(tap.host, tap.port, [["connect", {}], ["service_for", {"ms": 2500}], ["disconnect", {}]],
-                            client={"max_packet_size": 900, "session_expiry": 0}, subscribe=ack_topic),
-                       tmp_path, on_event=on_event)
+        ev = run_drive(
+            plan(
+                tap.host,
+                tap.port,
+                [["connect", {}], ["service_for", {"ms": 2500}], ["disconnect", {}]],
+                client={"max_packet_size": 900, "session_expiry": 0},
+                subscribe=ack_topic,
+            ),
+            tmp_path,
+            on_event=on_event,
+        )
         for info in sent:
             info.wait_for_publish(5)
     finally:
@@ -437,6 +535,11 @@ def test_device_subscribes_to_its_ack_topic_and_receives_paho_publishes(mosquitt
     assert got == [(ack_topic, payloads[0]), (ack_topic, payloads[1])], got
     s2c = [f for f in tap.packets(PUBLISH, "s2c")]
     assert [f.publish_fields()["qos"] for f in s2c] == [1, 0]
-    assert [f.type for f in tap.closed().packets(direction="c2s")] == [1, 8, PUBACK, 14]   # CONNECT SUBSCRIBE PUBACK DISCONNECT
+    assert [f.type for f in tap.closed().packets(direction="c2s")] == [
+        1,
+        8,
+        PUBACK,
+        14,
+    ]  # CONNECT SUBSCRIBE PUBACK DISCONNECT
     (puback,) = tap.packets(PUBACK, "c2s")
     assert puback.raw[2:4] == s2c[0].publish_fields()["pid"].to_bytes(2, "big")

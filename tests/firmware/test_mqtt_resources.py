@@ -6,6 +6,7 @@ MicroPython Unix port against a real Mosquitto (no timing assertions):
 - the client + encoder with a 4 KB batch buffer runs in `-X heapsize=64K` with TLS;
 - each PUBLISH leaves with exactly one socket write (counted with strace).
 """
+
 from __future__ import annotations
 
 import re
@@ -36,17 +37,27 @@ def test_steady_state_publish_allocates_nothing(tls, e2e, mosquitto, subscriber,
     """e2e: with the ack subscription (mqb_sub) and batch-seq on every PUBLISH (mqb_packet_e2e)."""
     b = mosquitto(tls=tls)
     subscriber(b, "mqbatch/#", qos=1)  # a subscriber, so QoS 1 is acknowledged with 0x00
-    plan = {"transport": _transport(b, pki, tls), "client": {"client_id": "device-1", "keepalive": 60},
-            "steps": [["connect", {}], ["service_for", {"ms": 300}], ["alloc", {"topic": TOPIC, "qos": 0, "n": 300}],
-                      ["alloc", {"topic": TOPIC, "qos": 1, "n": 300}], ["disconnect", {}]]}
+    plan = {
+        "transport": _transport(b, pki, tls),
+        "client": {"client_id": "device-1", "keepalive": 60},
+        "steps": [
+            ["connect", {}],
+            ["service_for", {"ms": 300}],
+            ["alloc", {"topic": TOPIC, "qos": 0, "n": 300}],
+            ["alloc", {"topic": TOPIC, "qos": 1, "n": 300}],
+            ["disconnect", {}],
+        ],
+    }
     if e2e:
         plan.update(subscribe="mqbatch/device-1/ack", batch_seq=[3, 1000, 1099])
     ev = run_drive(plan, tmp_path)
     assert not of(ev, "error"), ev
     assert [e["code"] for e in of(ev, "suback")] == ([1] if e2e else [])
     for a in of(ev, "alloc"):
-        print(f"{'TLS' if tls else 'TCP'}{' e2e' if e2e else ''} QoS {a['qos']}: {a['bytes']} bytes allocated over {a['n']} publishes "
-              f"of {a['size']} bytes (gc disabled); {a['locked_publishes']} more under heap_lock")
+        print(
+            f"{'TLS' if tls else 'TCP'}{' e2e' if e2e else ''} QoS {a['qos']}: {a['bytes']} bytes allocated over {a['n']} publishes "
+            f"of {a['size']} bytes (gc disabled); {a['locked_publishes']} more under heap_lock"
+        )
         assert a["bytes"] == 0, a
         assert a["locked_publishes"] == a["n"]
 
@@ -59,12 +70,32 @@ def test_runs_in_64k_heap_with_tls(mosquitto, subscriber, pki, tmp_path):
     sub = subscriber(b, "mqbatch/#", qos=1, certfile=pki.client("reader").cert, keyfile=pki.client("reader").key)
     dev = pki.client("device-1")
     compiled = compile_mpy(tmp_path / "mpy", "-O3")
-    proc = subprocess.run([str(MICROPYTHON), "-X", "heapsize=64K", "-m", "mqtt_heap", b.host, str(b.port),
-                           str(pki.ca.cert_der), str(dev.cert_der), str(dev.key_der), "20"],
-                          env=mpy_env(compiled), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            str(MICROPYTHON),
+            "-X",
+            "heapsize=64K",
+            "-m",
+            "mqtt_heap",
+            b.host,
+            str(b.port),
+            str(pki.ca.cert_der),
+            str(dev.cert_der),
+            str(dev.key_der),
+            "20",
+        ],
+        env=mpy_env(compiled),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, proc.stderr
-    fig = {k: int(v) for k, v in (line.split()[:2] for line in proc.stdout.splitlines() if line.startswith(("heap", "alloc")))}
+    fig = {
+        k: int(v)
+        for k, v in (line.split()[:2] for line in proc.stdout.splitlines() if line.startswith(("heap", "alloc")))
+    }
     assert "acked 70 refused 0" in proc.stdout
     assert fig["alloc_50_publishes"] == 0
     assert fig["heap_total"] <= 65 * 1024 and fig["heap_peak"] < fig["heap_total"]
@@ -94,14 +125,23 @@ def test_one_socket_write_per_publish(tls, mosquitto, pki, tmp_path):
         pytest.skip(f"strace cannot trace here (ptrace not permitted?): {probe.stderr.strip()}")
     b = mosquitto(tls=tls)
     n = 20
-    plan = {"transport": _transport(b, pki, tls), "client": {"client_id": "device-1", "keepalive": 60},
-            "steps": [["connect", {}], ["mark", {"name": "start"}],
-                      ["publish", {"topic": TOPIC, "qos": 0, "batches": n}],
-                      ["publish", {"topic": TOPIC, "qos": 1, "batches": n, "service": False}],
-                      ["mark", {"name": "end"}], ["flush", {}], ["disconnect", {}]]}
+    plan = {
+        "transport": _transport(b, pki, tls),
+        "client": {"client_id": "device-1", "keepalive": 60},
+        "steps": [
+            ["connect", {}],
+            ["mark", {"name": "start"}],
+            ["publish", {"topic": TOPIC, "qos": 0, "batches": n}],
+            ["publish", {"topic": TOPIC, "qos": 1, "batches": n, "service": False}],
+            ["mark", {"name": "end"}],
+            ["flush", {}],
+            ["disconnect", {}],
+        ],
+    }
     trace = tmp_path / "strace.txt"
-    ev = run_drive(plan, tmp_path, wrapper=[strace, "-f", "-s", "64", "-e", "trace=write,sendto,sendmsg",
-                                            "-o", str(trace)])
+    ev = run_drive(
+        plan, tmp_path, wrapper=[strace, "-f", "-s", "64", "-e", "trace=write,sendto,sendmsg", "-o", str(trace)]
+    )
     assert not of(ev, "error"), ev
     writes = _socket_writes(trace.read_text())
     sizes = [p["size"] for p in of(ev, "published")]

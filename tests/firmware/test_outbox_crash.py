@@ -17,6 +17,7 @@ The second test runs the compiled firmware with an outbox whose oldest segment
 rotted (issue 10 finding 7): the device boots, delivers the rest and counts
 the loss.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -50,8 +51,13 @@ def payload_len(run: int, i: int) -> int:
 
 def start(root, run, log_path):
     log = open(log_path, "wb")
-    proc = subprocess.Popen([str(MICROPYTHON), str(WORKER), str(root), str(run)], stdout=log,
-                            stderr=subprocess.STDOUT, env=mpy_env(), cwd=MPY_TESTS)
+    proc = subprocess.Popen(
+        [str(MICROPYTHON), str(WORKER), str(root), str(run)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=mpy_env(),
+        cwd=MPY_TESTS,
+    )
     log.close()
     return proc
 
@@ -59,7 +65,7 @@ def start(root, run, log_path):
 def lines(log_path) -> list[list[str]]:
     """The complete lines the worker wrote (a line is one write: whole or absent)."""
     data = log_path.read_bytes().decode()
-    complete = data[:data.rfind("\n") + 1]
+    complete = data[: data.rfind("\n") + 1]
     return [ln.split() for ln in complete.splitlines()]
 
 
@@ -80,12 +86,19 @@ def test_outbox_survives_sigkill_at_random_moments(tmp_path):
     rng = random.Random(seed)
     print(f"random seed {seed}")
     root = tmp_path / "outbox"
-    model: dict[int, tuple[int, str, int]] = {}     # id -> (len, crc hex, records): must be there
-    acked: set[tuple[int, str]] = set()              # (id, crc) whose ack() returned
-    in_flight_append = None                          # (len, crc, records) of the append() at the kill
-    in_flight_ack = None                             # id of the ack() at the kill
-    stats = {"appended": 0, "acked": 0, "full": 0, "kill_in_append_present": 0, "kill_in_append_absent": 0,
-             "kill_in_ack_applied": 0, "kill_in_ack_not_applied": 0}
+    model: dict[int, tuple[int, str, int]] = {}  # id -> (len, crc hex, records): must be there
+    acked: set[tuple[int, str]] = set()  # (id, crc) whose ack() returned
+    in_flight_append = None  # (len, crc, records) of the append() at the kill
+    in_flight_ack = None  # id of the ack() at the kill
+    stats = {
+        "appended": 0,
+        "acked": 0,
+        "full": 0,
+        "kill_in_append_present": 0,
+        "kill_in_append_absent": 0,
+        "kill_in_ack_applied": 0,
+        "kill_in_ack_not_applied": 0,
+    }
     for run in range(1, RUNS + 2):
         log_path = tmp_path / f"run{run}.log"
         proc = start(root, run, log_path)
@@ -110,8 +123,9 @@ def test_outbox_survives_sigkill_at_random_moments(tmp_path):
         assert len(extra) <= 1, f"entries nobody appended: {extra}"
         for e, v in extra.items():
             assert (e, v[1]) not in acked, f"entry {e} came back after its ack() returned"
-            assert in_flight_append is not None and v == in_flight_append, \
+            assert in_flight_append is not None and v == in_flight_append, (
                 f"entry {e} {v} is not the append in flight {in_flight_append}"
+            )
             model[e] = v
         if in_flight_append is not None:
             stats["kill_in_append_present" if extra else "kill_in_append_absent"] += 1
@@ -121,7 +135,7 @@ def test_outbox_survives_sigkill_at_random_moments(tmp_path):
         assert int(out[ready][2]) == 0, "policy stop must never drop"
         # what this run did until the kill
         in_flight_append = in_flight_ack = None
-        for ln in out[ready + 1:]:
+        for ln in out[ready + 1 :]:
             if ln[0] == "APPENDING":
                 i = int(ln[1])
                 data = payload(run * 100000 + i, payload_len(run, i))
@@ -161,27 +175,44 @@ def test_device_with_rotten_outbox_boots_delivers_the_rest_and_counts_the_loss(m
     from mqbatch.wire import codec, records
 
     dev, reader = "dev-001", ("reader", "reader-pw")
-    broker = mosquitto(tls=True, allow_anonymous=False, users={dev: "pw-1", reader[0]: reader[1]}, persistence=True,
-                       acl="user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n")
+    broker = mosquitto(
+        tls=True,
+        allow_anonymous=False,
+        users={dev: "pw-1", reader[0]: reader[1]},
+        persistence=True,
+        acl="user reader\ntopic read mqbatch/#\n\npattern write mqbatch/%u/#\n",
+    )
     sub = subscriber(broker, "mqbatch/+/telemetry", username=reader[0], password=reader[1])
-    cfg = {"sample_hz": 20, "run_for_s": 3, "drain_timeout_s": 1, "health_every_s": 1,
-           "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 400},
-           "outbox": {"segment_bytes": 4096, "segments": 8, "max_entries": 3, "policy": "drop_oldest"},
-           "backoff": {"initial_ms": 200, "max_ms": 1000}}
-    with Fleet(tmp_path / "fleet", broker.host, free_port(), credentials={dev: "pw-1"}, ca=pki.ca_cert,
-               heapsize="64K", config=cfg) as fleet:
+    cfg = {
+        "sample_hz": 20,
+        "run_for_s": 3,
+        "drain_timeout_s": 1,
+        "health_every_s": 1,
+        "flush": {"max_count": 100, "max_bytes": 2048, "max_age_ms": 400},
+        "outbox": {"segment_bytes": 4096, "segments": 8, "max_entries": 3, "policy": "drop_oldest"},
+        "backoff": {"initial_ms": 200, "max_ms": 1000},
+    }
+    with Fleet(
+        tmp_path / "fleet",
+        broker.host,
+        free_port(),
+        credentials={dev: "pw-1"},
+        ca=pki.ca_cert,
+        heapsize="64K",
+        config=cfg,
+    ) as fleet:
         fleet.start()
-        assert fleet.wait(60) == {dev: 1}, fleet.console(dev)[-2000:]     # not drained: offline
+        assert fleet.wait(60) == {dev: 1}, fleet.console(dev)[-2000:]  # not drained: offline
         ob = fleet.dir(dev) / "outbox"
         segs = sorted(p for p in ob.iterdir() if p.name.startswith("s"))
         assert len(segs) >= 2, segs
         img = bytearray(segs[0].read_bytes())
-        at = 20 + 32 + int.from_bytes(img[20:24], "little")            # the second entry's header
-        boot, first, last = (int.from_bytes(img[at + k:at + k + 4], "little") for k in (8, 12, 16))
+        at = 20 + 32 + int.from_bytes(img[20:24], "little")  # the second entry's header
+        boot, first, last = (int.from_bytes(img[at + k : at + k + 4], "little") for k in (8, 12, 16))
         lost = {(dev, boot, s) for s in range(first, last + 1)}
-        img[at + 8] ^= 0xFF                                               # 8 flipped bits in its boot field
+        img[at + 8] ^= 0xFF  # 8 flipped bits in its boot field
         segs[0].write_bytes(bytes(img))
-        conf = fleet.dir(dev) / "config.json"                            # the broker is back
+        conf = fleet.dir(dev) / "config.json"  # the broker is back
         c = json.loads(conf.read_text())
         c["broker"]["port"], c["run_for_s"], c["drain_timeout_s"] = broker.port, 2, 30
         conf.write_text(json.dumps(c))

@@ -60,7 +60,7 @@ def test_deploy_to_virtual_board_then_app_publishes(mosquitto, subscriber, pki, 
             if not p.name.startswith(".")
         }  # the .mqbatch-run marker marks the folder, stays on the host
         assert {"main.py", "mqb_app.mpy", "mqb_board.mpy", "mqb_codec.mpy", "config.json", "ca.pem"} <= set(built)
-        landed = {n: hashlib.sha256(vb.get(n) or b"").hexdigest() for n in built}   # from its flash image
+        landed = {n: hashlib.sha256(vb.get(n) or b"").hexdigest() for n in built}  # from its flash image
         assert landed == built
         vb.wait_boot(2)  # the reset restarted the interpreter, which runs main.py
         msgs = sub.wait_for(2, timeout=30)
@@ -221,7 +221,7 @@ def test_wrong_port_is_one_clear_line(tmp_path):
     not_a_tty.write_text("")
     proc = deploy_cmd(tmp_path, base, str(not_a_tty))
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "reading the board type" in proc.stderr and "mpremote failed" in proc.stderr   # the first step
+    assert "reading the board type" in proc.stderr and "mpremote failed" in proc.stderr  # the first step
     assert "os.remove" not in proc.stderr
 
 
@@ -236,10 +236,20 @@ def test_config_only_deploy_removes_module_files_that_would_shadow_frozen_ones(t
         full = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
         assert full.returncode == 0, full.stderr
         assert {"mqb_app.mpy", "mqb_board.mpy"} <= set(vb.listdir())
-        put = subprocess.run([str(VENV_BIN / "mpremote"), "connect", str(vb.tty), "resume", "exec",
-                              "for n, t in (('mqb_codec.py', '# stale source'), ('notes.txt', 'mine')):\n"
-                              "    with open(n, 'w') as f:\n        f.write(t)"],
-                             capture_output=True, text=True, timeout=60)
+        put = subprocess.run(
+            [
+                str(VENV_BIN / "mpremote"),
+                "connect",
+                str(vb.tty),
+                "resume",
+                "exec",
+                "for n, t in (('mqb_codec.py', '# stale source'), ('notes.txt', 'mine')):\n"
+                "    with open(n, 'w') as f:\n        f.write(t)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert put.returncode == 0, put.stderr
         cfg["sample_hz"] = 5
         only = deploy_cmd(tmp_path, cfg, str(vb.tty), "--config-only", "--no-reset")
@@ -259,9 +269,23 @@ def test_deploy_names_the_wrong_board_type(tmp_path):
     cfg["broker"].update(tls=False, ca=None, port=1)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with VirtualBoard(tmp_path / "board") as vb:
-        proc = subprocess.run([str(VENV_BIN / "mqbatch"), "deploy", "--port", str(vb.tty), "--board", "esp32",
-                               "--config", str(tmp_path / "config.json"), "--build-dir", str(tmp_path / "build")],
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [
+                str(VENV_BIN / "mqbatch"),
+                "deploy",
+                "--port",
+                str(vb.tty),
+                "--board",
+                "esp32",
+                "--config",
+                str(tmp_path / "config.json"),
+                "--build-dir",
+                str(tmp_path / "build"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         names = vb.listdir()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "is not a esp32 board: it runs MicroPython for linux (--board unix)" in proc.stderr, proc.stderr

@@ -17,7 +17,7 @@ RESENDS, BAD_ACKS, COVERED = 0, 1, 2     # E2E.values
 
 
 def ack(*ranges, version=1):
-    return bytes((version,)) + b"".join(struct.pack("<III", b, f, l) for b, f, l in ranges)
+    return bytes((version,)) + b"".join(struct.pack("<III", b, f, last) for b, f, last in ranges)
 
 
 class Rig:

@@ -4,7 +4,7 @@ import gc
 import json
 import time
 from binascii import hexlify, unhexlify
-import mqb_packet as P
+import mqb_packet as P  # noqa: F401  (loaded first, as the app loads it, for the heap figures)
 import mqb_packet_build as B
 from mqb_codec import BatchEncoder
 from mqb_hmac import BatchMac
