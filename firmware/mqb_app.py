@@ -71,7 +71,9 @@ _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect
 _QOS0_BATCHES = const(14)      # sent at QoS 0 and read by the broker (PINGRESP after them): no delivery ack
 _QOS0_RECORDS = const(15)
 _QOS0_PING = const(16)         # QoS 0: number of the PINGREQ whose PINGRESP confirms the batches sent (0: none)
-_N_COUNTS = const(17)
+_TOO_LARGE = const(17)         # records refused: larger than any batch the broker's Maximum Packet Size allows
+_REFUSED_AT = const(18)        # the batch payload limit at which a too-large record was last logged
+_N_COUNTS = const(19)
 
 # Indexes of App.qos
 _QOS_CFG = const(0)
@@ -303,7 +305,7 @@ class App(Session, F.Sampling):
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
                 "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
                 "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
-                "qos0_records": c[_QOS0_RECORDS], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
+                "qos0_records": c[_QOS0_RECORDS], "too_large": c[_TOO_LARGE], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
                 "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,
                 "drained": self.idle()}
         if self.client.sub is not None:

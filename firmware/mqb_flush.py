@@ -17,14 +17,32 @@ _STORED_BATCHES = const(2)
 _RECONNECTS = const(7)
 _LAST_ERROR = const(9)
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
+_TOO_LARGE = const(17)
 _AT_BATCH = const(2)
+_HEALTH_SIZE = const(53)       # a health record: 18-byte header + 7 readings of 5 bytes (mqb_record)
+_REFUSED_AT = const(18)
 
 
 class Sampling:
     """The App's sampling and flush methods (mqb_app.App inherits them)."""
 
+    def _fits(self, kind, size):
+        """False (counted, logged once per payload limit) for a record that can never fit
+        a batch of this connection: the broker's Maximum Packet Size leaves too little."""
+        lim = self.enc.limit
+        if vbi_size(size) + size <= lim:
+            return True
+        self.count[_TOO_LARGE] += 1
+        if self.count[_REFUSED_AT] != lim:     # (in the counters: no new App attribute)
+            self.count[_REFUSED_AT] = lim
+            log("%s record of %d bytes can never fit a batch payload of %d bytes (the broker's Maximum "
+                "Packet Size %d): refused, counted as too_large" % (kind, size, lim, self.client.max_send_size))
+        return False
+
     def _sample(self):
         board.sample(self.values)
+        if not self._fits("sample", self.record_size):
+            return True
         seq = self.writer.sample(self.channels, self.values)
         if seq == FULL:
             if not self._seal():
@@ -43,6 +61,8 @@ class Sampling:
             self.count[_PEAK_HEAP_LIVE] = used
 
     def _health(self):
+        if not self._fits("health", _HEALTH_SIZE):
+            return True
         v = self.health_values
         ob = self.outbox
         self._measure_live()
@@ -135,6 +155,7 @@ class Sampling:
             log("outbox entry %d (%d bytes) needs splitting but no buffer fits in RAM: kept" % (eid, n))
             return O.TOO_SMALL
         pos, end = h, h + n
+        big = 0                      # records that can never fit this connection: dropped, counted
         while pos < end:
             k = vbi_read(buf, pos, end)
             if k < 0:
@@ -142,6 +163,17 @@ class Sampling:
                 log("outbox entry %d holds a malformed batch: discarded, records counted dropped" % eid)
                 return O.CORRUPT
             start = pos + vbi_size(k)
+            pos = start + k
+            if vbi_size(k) + k > limit:
+                if part.count:       # a part's seqs stay contiguous: store it before the gap
+                    if ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
+                        log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
+                        return O.TOO_SMALL
+                    seq += part.count
+                    part.reset()
+                seq += 1
+                big += 1
+                continue
             if not part.add(memoryview(buf)[start:start + k]):
                 if ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
                     log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
@@ -149,10 +181,14 @@ class Sampling:
                 seq += part.count
                 part.reset()
                 part.add(memoryview(buf)[start:start + k])
-            pos = start + k
         if part.count and ob.append(part.payload(), part.count, boot, seq, seq + part.count - 1) < 0:
             log("outbox full while splitting entry %d: kept whole, sent again later" % eid)
             return O.TOO_SMALL
+        if big:                      # counted before the ack: a power cut between may count them twice, never 0 times
+            ob.count_dropped(big)
+            self.count[_TOO_LARGE] += big
+            log("outbox entry %d: %d record(s) larger than this connection's batch payload limit (%d bytes) "
+                "can never be sent: dropped, counted (too_large, dropped_total)" % (eid, big, limit))
         ob.ack(eid)
         log("outbox entry %d (%d bytes) exceeded this connection's limit (%d): re-stored in smaller batches"
             % (eid, n, limit))

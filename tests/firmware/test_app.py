@@ -316,3 +316,45 @@ def test_signing_device_in_a_deep_host_directory_runs_in_64k(mosquitto, subscrib
     assert s["stored_records"] >= 10 and s["acked_records"] == s["stored_records"] and s["outbox_depth"] == 0
     got, dups, _ = delivered(sub.settle(quiet=1.0))
     assert len(got) == s["stored_records"] and dups == []
+
+
+# 111: the smallest at which the unix board's 38-byte sample record fits a batch (72 bytes
+# of PUBLISH header, topic and properties); 126: the first at which the 53-byte health record does
+@pytest.mark.parametrize("max_packet_size", [111, 120, 125, 126, 600])
+def test_every_maximum_packet_size_from_the_smallest_usable_one(mosquitto, subscriber, pki, tmp_path, max_packet_size):
+    """Issue 21: at a broker Maximum Packet Size where a record can never fit a batch
+    (the 53-byte health record below 126 B), the device refuses it with a named line and
+    counts it (too_large), never crashes or reboots, and every record it stored is
+    delivered or counted dropped (records stored before the first CONNACK told it the limit)."""
+    creds = {"dev-001": "pw-1"}
+    broker = secured_broker(mosquitto, creds, max_packet_size=max_packet_size)
+    sub = durable_subscriber(subscriber, broker)
+    with Fleet(
+        tmp_path / "fleet",
+        broker.host,
+        broker.port,
+        credentials=creds,
+        ca=pki.ca_cert,
+        heapsize="64K",
+        config=fleet_config(run_for_s=3),
+    ) as fleet:
+        fleet.start()
+        codes = fleet.wait(90)
+        console = fleet.console("dev-001")
+        assert codes == {"dev-001": 0}, console[-3000:]
+        s = fleet.summaries()["dev-001"]
+        stored = fleet.stored()
+    assert "Traceback" not in console and "fatal" not in console.lower(), console[-3000:]
+    msgs = sub.settle(quiet=1.0)
+    got, dups, kinds = delivered(msgs)
+    assert got <= stored and len(stored - got) == s["dropped_total"], (s, console[-2000:])
+    assert s["outbox_depth"] == 0 and not dups, s
+    assert max(len(m.payload) for m in msgs if m.topic.endswith("/telemetry")) <= max_packet_size
+    health_fits = max_packet_size >= 126
+    if health_fits:
+        assert s["too_large"] == s["dropped_total"] == 0 and records.HEALTH in kinds["dev-001"], s
+    else:
+        assert s["too_large"] >= s["dropped_total"] and s["too_large"] > 0, s
+        assert records.HEALTH not in kinds.get("dev-001", []), s
+        assert "health record of 53 bytes can never fit" in console, console[-2000:]
+    assert s["sampled"] >= 30 and s["stored_records"] == len(stored), s
