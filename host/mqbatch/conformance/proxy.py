@@ -38,12 +38,19 @@ import socket
 import threading
 import time
 
+from mqbatch.conformance.netcount import TlsRecords, tcp_segments
 from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse
 from mqbatch.conformance.session import C2S, S2C, Checker, Violation
 from mqbatch.lab.broker import free_port
 
+__all__ = ["Proxy", "Record", "TlsRecords", "tcp_segments"]
+
 _RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends RST
 DRAIN_S = 2.0  # after the broker closes, how long the client's already sent bytes are still read
+MAX_FRAME = 64 << 20  # the largest packet the proxy buffers to parse (beyond it: relayed unparsed)
+HOLD_GRACE_S = 0.4  # hold_acks: how long a client at its Receive Maximum gets to send one too many
+HOLD_MAX_S = 1.0  # hold_acks: the longest an acknowledgement is withheld
+_ACKS = ("PUBACK", "PUBREC", "PUBCOMP")
 
 
 @dataclasses.dataclass
@@ -72,44 +79,11 @@ class _Conn:
         self.segments_counted = False
         self.broker_gone = False  # forwarding to the broker failed: the client's bytes are only checked
         self.client_done = threading.Event()  # the client -> broker pump has ended
-
-
-class TlsRecords:
-    """Counts TLS records in one direction of a stream from their 5-byte headers
-    (content type, version, 16-bit length), across any split of the bytes."""
-
-    def __init__(self):
-        self.records = 0
-        self._head = b""
-        self._skip = 0  # bytes left in the current record's body
-
-    def feed(self, data: bytes) -> None:
-        i = 0
-        while i < len(data):
-            if self._skip:
-                take = min(self._skip, len(data) - i)
-                self._skip -= take
-                i += take
-                continue
-            need = 5 - len(self._head)
-            self._head += data[i : i + need]
-            i += need
-            if len(self._head) == 5:
-                self.records += 1
-                self._skip = self._head[3] << 8 | self._head[4]
-                self._head = b""
-
-
-def tcp_segments(sock: socket.socket) -> tuple[int, int] | None:
-    """(segments in, segments out) of a TCP socket from Linux TCP_INFO (tcpi_segs_out at
-    byte 136, tcpi_segs_in at 140), or None where the kernel does not report them."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    except (OSError, AttributeError):
-        return None
-    if len(info) < 144:
-        return None
-    return int.from_bytes(info[140:144], "little"), int.from_bytes(info[136:140], "little")
+        self.client_eof = False  # the client closed its side (not a reset, not the proxy)
+        self.held: list[bytes] = []  # acknowledgements withheld from the client (hold_acks)
+        self.held_since = 0.0
+        self.full_since: float | None = None  # since when the client's send quota is used up
+        self.send_lock = threading.Lock()  # the s2c pump and the ack releaser both write to the client
 
 
 class Proxy:
@@ -125,6 +99,8 @@ class Proxy:
         max_batch_size: int = 100,
         max_payload_bytes: int = 65536,
         max_records: int = 200_000,
+        hold_acks: bool = False,
+        hold_s: float | None = None,
     ):
         self.target = (target_host, target_port)
         self.host = host
@@ -149,11 +125,19 @@ class Proxy:
         self._pumps: list[threading.Thread] = []
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._releaser: threading.Thread | None = None
+        self._stopped = threading.Event()
         self._refuse = False
         self._flowing = threading.Event()
         self._flowing.set()
         self._delay = 0.0
         self._faults: list[list] = []  # [direction, packet name, action]
+        self.hold_acks = hold_acks
+        # with hold_s, each acknowledgement is held that long whatever the quota (a client at its
+        # Receive Maximum must still send PINGREQ within its Keep Alive)
+        self.hold_grace_s = hold_s if hold_s is not None else HOLD_GRACE_S
+        self.hold_max_s = hold_s if hold_s is not None else HOLD_MAX_S
+        self.harness_errors = 0
 
     @property
     def violations(self):
@@ -170,6 +154,9 @@ class Proxy:
         self._listener = ls
         self._thread = threading.Thread(target=self._accept_loop, args=(ls,), name="proxy-accept", daemon=True)
         self._thread.start()
+        if self.hold_acks and self._releaser is None:
+            self._releaser = threading.Thread(target=self._release_loop, name="proxy-acks", daemon=True)
+            self._releaser.start()
         return self
 
     def cut(self) -> None:
@@ -184,6 +171,7 @@ class Proxy:
             self.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._close_listener()
         if self._thread is not None:
             self._thread.join(5)
@@ -339,6 +327,16 @@ class Proxy:
             while True:
                 data = src.recv(65536)
                 if not data:
+                    if direction == C2S:
+                        c.client_eof = True
+                    if buf and c.check is not None and not c.tls:
+                        self._note(
+                            c,
+                            direction,
+                            "MQTT-MALFORMED",
+                            buf,
+                            f"the stream ended inside a packet ({len(buf)} bytes of it arrived)",
+                        )
                     break
                 with self._lock:
                     if direction == C2S:
@@ -359,48 +357,90 @@ class Proxy:
                     continue
                 buf += data
                 while buf:
-                    try:
-                        n = packet_len(buf)
-                    except Malformed as e:  # not MQTT any more: record it, relay the rest as is
-                        self._note_unframed(c, direction, buf, e.text)
-                        self._forward(dst, buf)
+                    why = self._unframed(c, direction, buf)
+                    if why is not None:  # not MQTT any more: record it, relay the rest as is
+                        rule, text = why
+                        self._note(c, direction, rule, buf, text)
+                        self._send(c, direction, dst, buf)
                         buf = b""
                         c.check = None
                         break
+                    n = packet_len(buf)
                     if n is None or len(buf) < n:
                         break
                     raw, buf = buf[:n], buf[n:]
                     if not self._packet(c, direction, raw, dst):
                         return
+                    if c.check is not None and c.check.foreign:  # not MQTT 5: named once, then relayed
+                        with self._lock:
+                            self._conns.pop(c.number, None)
+                        c.check = None
+                        self._send(c, direction, dst, buf)
+                        buf = b""
+                        break
         except OSError:
             pass  # either side went away (or cut() reset it): end this direction
         finally:
-            if direction == C2S:
-                c.client_done.set()
-            else:
-                # the broker closed: the client sees it (half-close), and what the client had already
-                # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
-                try:
-                    dst.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass  # the client is gone already
-                c.client_done.wait(DRAIN_S)
-            with self._lock:  # the first pump to end counts, before either closes the sockets
-                if not c.segments_counted:
-                    c.segments_counted = True
-                    segs = tcp_segments(c.socks[0])
-                    if segs is not None:
-                        self.tcp_segments[C2S] += segs[0]
-                        self.tcp_segments[S2C] += segs[1]
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already closed
-                s.close()
-            with self._lock:
-                if c.check is not None and self._conns.pop(c.number, None) is not None:
-                    c.check.close()
+            self._pump_end(c, direction, src, dst)
+
+    def _unframed(self, c: _Conn, direction: str, buf: bytes) -> tuple[str, str] | None:
+        """Why the stream cannot be framed from here (rule, text), or None."""
+        try:
+            n = packet_len(buf)
+        except Malformed as e:
+            return e.rule, f"stream no longer framed: {e.text}"
+        if n is None:
+            return None
+        limit = c.check.side[direction].max_packet if c.check is not None else MAX_FRAME
+        if n > limit:
+            return "MQTT-MAX-PACKET-SIZE", (
+                f"a packet header declaring {n} bytes > the receiver's Maximum Packet Size {limit} "
+                "[MQTT-3.2.2-15]; the rest of the stream is relayed unparsed"
+            )
+        if n > MAX_FRAME:
+            return "HARNESS-LIMIT", f"a packet of {n} bytes: above the {MAX_FRAME} bytes the proxy buffers"
+        return None
+
+    def _pump_end(self, c: _Conn, direction: str, src, dst) -> None:
+        if direction == C2S:
+            c.client_done.set()
+        else:
+            # the broker closed: the client sees it (half-close), and what the client had already
+            # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the client is gone already
+            c.client_done.wait(DRAIN_S)
+        with self._lock:  # the first pump to end counts, before either closes the sockets
+            if not c.segments_counted:
+                c.segments_counted = True
+                segs = tcp_segments(c.socks[0])
+                if segs is not None:
+                    self.tcp_segments[C2S] += segs[0]
+                    self.tcp_segments[S2C] += segs[1]
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+            s.close()
+        with self._lock:
+            if c.check is not None and self._conns.pop(c.number, None) is not None:
+                self._close_check(c)
+
+    def _close_check(self, c: _Conn) -> None:
+        """The session checker's end of connection (under self._lock); never raises."""
+        try:
+            c.check.close(time.monotonic(), by_client=c.client_eof)
+        except Exception as e:  # noqa: BLE001 - a checker bug must not end the relay; it is reported
+            self._harness_error(c, "close", e)
+
+    def _harness_error(self, c: _Conn, where: str, e: Exception) -> None:
+        self.harness_errors += 1
+        self.checker.violations.append(
+            Violation("HARNESS-ERROR", c.number, C2S, -1, where, f"the checker failed: {type(e).__name__}: {e}")
+        )
 
     def _send(self, c: _Conn, direction: str, dst: socket.socket, data: bytes) -> None:
         """_forward; once the broker's side fails, the client's further bytes are only read
@@ -408,7 +448,11 @@ class Proxy:
         if direction == C2S and c.broker_gone:
             return
         try:
-            self._forward(dst, data)
+            if direction == S2C:
+                with c.send_lock:
+                    self._forward(dst, data)
+            else:
+                self._forward(dst, data)
         except OSError:
             if direction != C2S:
                 raise
@@ -442,8 +486,17 @@ class Proxy:
             # a dropped or torn acknowledgement never reached the sender of the message: its state
             # stays open (a resend with DUP is then right); any other packet was sent, so the
             # sender's state counts it even if the peer never got it whole
-            if action in (None, "after") or rec.name not in ("PUBACK", "PUBREC", "PUBCOMP"):
-                c.check.feed(direction, raw)
+            hold = self.hold_acks and action is None and direction == S2C and rec.name in _ACKS
+            if hold:  # recorded and checked when released (what the client sees, when it sees it)
+                if self.records and self.records[-1] is rec:
+                    self.records.pop()
+                if not c.held:
+                    c.held_since = now
+                c.held.append(raw)
+            elif action in (None, "after") or rec.name not in _ACKS:
+                self._feed(c, direction, raw, now)
+        if hold:
+            return True
         if action is None:
             self._send(c, direction, dst, raw)
             return True
@@ -453,15 +506,59 @@ class Proxy:
             self._forward(dst, raw)
         self.cuts += 1
         with self._lock:
-            self._conns.pop(c.number, None)
-            c.check.close()
+            if self._conns.pop(c.number, None) is not None:
+                self._close_check(c)
         self._reset(c)
         return False
 
-    def _note_unframed(self, c: _Conn, direction: str, buf: bytes, why: str) -> None:
+    def _feed(self, c: _Conn, direction: str, raw: bytes, now: float) -> None:
+        """The session checker on one packet (under self._lock); a checker bug is reported, the
+        relay goes on."""
+        try:
+            c.check.feed(direction, raw, now)
+        except Exception as e:  # noqa: BLE001 - see _harness_error
+            self._harness_error(c, parse(raw).summary(), e)
+
+    # -- withheld acknowledgements (hold_acks) -------------------------------------------
+
+    def _release_loop(self) -> None:
+        """Release a connection's withheld PUBACK/PUBREC/PUBCOMP once the client has used up its
+        send quota (Receive Maximum) and had HOLD_GRACE_S to send one PUBLISH too many, or after
+        HOLD_MAX_S (it had nothing more to send)."""
+        while not self._stopped.wait(0.01):
+            now = time.monotonic()
+            with self._lock:
+                conns = list(self._conns.values())
+            for c in conns:
+                with self._lock:
+                    if not c.held or c.check is None:
+                        c.full_since = None
+                        continue
+                    side = c.check.side[C2S]
+                    full = len(side.inflight) >= side.receive_max
+                    if full and c.full_since is None:
+                        c.full_since = now
+                    elif not full:
+                        c.full_since = None
+                    due = (c.full_since is not None and now - c.full_since >= self.hold_grace_s) or (
+                        now - c.held_since >= self.hold_max_s
+                    )
+                    if not due:
+                        continue
+                    out, c.held, c.full_since = c.held, [], None
+                    for raw in out:
+                        rec = Record(now, c.number, S2C, raw)
+                        if len(self.records) < self.max_records:
+                            self.records.append(rec)
+                        self._feed(c, S2C, raw, now)
+                try:
+                    with c.send_lock:
+                        self._forward(c.socks[0], b"".join(out))
+                except OSError:
+                    pass  # the client is gone: its pump ends the connection
+
+    def _note(self, c: _Conn, direction: str, rule: str, buf: bytes, why: str) -> None:
         with self._lock:
             self.checker.violations.append(
-                Violation(
-                    "MQTT-VBI", c.number, direction, c.check.index, buf[:8].hex(), f"stream no longer framed: {why}"
-                )
+                Violation(rule, c.number, direction, c.check.index if c.check else -1, buf[:8].hex(), why)
             )

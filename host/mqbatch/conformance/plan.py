@@ -1,0 +1,143 @@
+"""The publisher scenarios of `mqbatch conformance publisher`: broker limits, network faults
+and withheld acknowledgements that drive a publisher to every limit it must respect.
+
+Deterministic, not by timing luck: with `hold_acks` the proxy withholds PUBACK/PUBREC/PUBCOMP
+until the publisher has used up the server's Receive Maximum and had a moment to send one
+PUBLISH too many (mqbatch.conformance.proxy); `hold_connects_s` lets batches pile up first so
+there is something to send; `limits` gives the publisher small batch limits (the firmware's
+flush.max_count / flush.max_bytes, a command's MQBATCH_MAX_COUNT / MQBATCH_MAX_BYTES) so its
+batches land on them; small Maximum Packet Sizes go down to the smallest that fits one
+record plus headers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Scenario:
+    name: str
+    what: str  # one line: what it exercises
+    broker: dict = dataclasses.field(default_factory=dict)  # mqbatch.lab.broker.Mosquitto options
+    qos: int = 1
+    faults: list = dataclasses.field(default_factory=list)  # [(seconds after start, action, args)]
+    hold_connects_s: float = 0.0  # refuse connects this long first (batches pile up in the outbox)
+    hold_acks: bool = False  # withhold acknowledgements until the send quota is used up
+    hold_s: float | None = None  # with hold_acks: hold each this long even when the quota is used up
+    keepalive_s: int | None = None  # the Keep Alive the publisher is told to use
+    limits: tuple[int, int] | None = None  # (batch count, payload bytes) the publisher is given here
+    ci: bool = False  # part of the short matrix of `make test`
+    firmware_fails: str = ""  # a known firmware failure of this scenario (the row still FAILs)
+
+
+SMALLEST_PACKET = 128  # one 53-byte health record + a batch PUBLISH's headers (topic, ids, properties)
+
+SCENARIOS = [
+    Scenario("default", "Mosquitto defaults, QoS 1", ci=True),
+    Scenario(
+        "max-packet-600-split",
+        "max_packet_size 600 learnt after 3 s offline: stored batches are split",
+        {"max_packet_size": 600},
+        hold_connects_s=3.0,
+        ci=True,
+    ),
+    Scenario("max-packet-2000", "max_packet_size 2000", {"max_packet_size": 2000}),
+    Scenario(
+        f"max-packet-{SMALLEST_PACKET}",
+        f"max_packet_size {SMALLEST_PACKET}: the smallest that holds one record plus the PUBLISH headers",
+        {"max_packet_size": SMALLEST_PACKET},
+        hold_connects_s=1.5,
+        firmware_fails="the firmware's batch budget at small Maximum Packet Sizes (a firmware fix in progress)",
+    ),
+    Scenario(
+        "max-packet-200", "max_packet_size 200 after 1.5 s offline", {"max_packet_size": 200}, hold_connects_s=1.5
+    ),
+    Scenario(
+        "limits-10-400",
+        "batch limits 10 sub-messages / 400 payload bytes after 1.5 s offline: batches land on a limit",
+        limits=(10, 400),
+        hold_connects_s=1.5,
+        ci=True,
+    ),
+    Scenario("alias-0", "max_topic_alias 0: no Topic Alias may be used", {"max_topic_alias": 0}),
+    Scenario("alias-2", "max_topic_alias 2", {"max_topic_alias": 2}, ci=True),
+    Scenario("alias-10", "max_topic_alias 10", {"max_topic_alias": 10}),
+    Scenario(
+        "inflight-1",
+        "max_inflight_messages 1 (Receive Maximum 1), acknowledgements withheld until the quota is used",
+        {"max_inflight_messages": 1},
+        hold_connects_s=1.5,
+        hold_acks=True,
+        ci=True,
+    ),
+    Scenario(
+        "inflight-2",
+        "max_inflight_messages 2, acknowledgements withheld",
+        {"max_inflight_messages": 2},
+        hold_connects_s=1.5,
+        hold_acks=True,
+    ),
+    Scenario(
+        "inflight-20",
+        "max_inflight_messages 20, acknowledgements withheld",
+        {"max_inflight_messages": 20},
+        hold_connects_s=1.5,
+        hold_acks=True,
+    ),
+    Scenario(
+        "keepalive-2",
+        "Keep Alive 2 s, Receive Maximum 1, each acknowledgement withheld 4 s: the client must still send "
+        "(PINGREQ) while its quota is used up",
+        {"max_inflight_messages": 1},
+        hold_acks=True,
+        hold_s=4.0,
+        keepalive_s=2,
+    ),
+    Scenario("max-qos-0", "max_qos 0, publisher asked for QoS 1: nothing above QoS 0 may be sent", {"max_qos": 0}),
+    Scenario("max-qos-1", "max_qos 1, publisher asked for QoS 2", {"max_qos": 1}, qos=2),
+    Scenario("retain-unavailable", "retain_available false", {"retain_available": False}),
+    Scenario(
+        "resume-dup",
+        "PUBACK lost with the link twice: session resumed, DUP resends",
+        faults=[(1.5, "fault", ("s2c", "PUBACK", "drop")), (3.0, "fault", ("s2c", "PUBACK", "drop"))],
+        ci=True,
+    ),
+    Scenario(
+        "resume-order",
+        "Receive Maximum 5, acknowledgements withheld, the link lost with several messages open: resend order",
+        {"max_inflight_messages": 5},
+        hold_connects_s=1.5,
+        hold_acks=True,
+        faults=[(2.0, "fault", ("s2c", "PUBACK", "drop"))],
+    ),
+    Scenario(
+        "qos2-recovery",
+        "QoS 2: PUBREC then PUBCOMP lost with the link: DUP PUBLISH, then PUBREL resent",
+        qos=2,
+        faults=[(1.5, "fault", ("s2c", "PUBREC", "drop")), (3.0, "fault", ("s2c", "PUBCOMP", "drop"))],
+        ci=True,
+    ),
+    Scenario(
+        "qos2-live",
+        "QoS 2 in a live session, PUBREC/PUBCOMP withheld: PUBREL follows PUBREC",
+        {"max_inflight_messages": 3},
+        qos=2,
+        hold_acks=True,
+    ),
+    Scenario(
+        "cut-mid-publish",
+        "link cut in the middle of a PUBLISH, then connects refused for 1 s",
+        faults=[
+            (1.5, "fault", ("c2s", "PUBLISH", "mid")),
+            (1.6, "refuse_connects", (True,)),
+            (2.6, "refuse_connects", (False,)),
+        ],
+    ),
+    Scenario(
+        "stall",
+        "link stalled for 2 s (nothing forwarded), then delayed 50 ms per packet",
+        faults=[(1.0, "stall", ()), (3.0, "unstall", ()), (3.0, "delay", (0.05,))],
+    ),
+]
+BY_NAME = {s.name: s for s in SCENARIOS}
