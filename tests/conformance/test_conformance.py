@@ -34,6 +34,18 @@ def test_ci_matrix_passes_for_the_firmware_and_the_host_decoder(tmp_path, capsys
     assert code == 0 and not fails, fails
     must_pass = (
         [
+            "PUBLISHER-DELIVERS",
+            "HARNESS",
+            "MQTT-VERSION",
+            "MQTT-FIRST-CONNECT",
+            "MQTT-REASON-CODE",
+            "MQTT-TOPIC-ALIAS-0",
+            "MQTT-SUB-ID",
+            "MQTT-DUP-RESEND",
+            "MQTT-RESEND",
+            "MQTT-RESEND-ORDER",
+            "MQTT-PUBREL",
+            "MQTT-KEEPALIVE",
             "BATCH-3.1-1",
             "BATCH-3.1-2",
             "BATCH-3.1-3",
@@ -138,6 +150,15 @@ BAD_PUBLISHER = textwrap.dedent('''
 ''')
 
 
+def test_a_silent_publisher_fails_on_delivery(tmp_path):
+    """`--cmd true` publishes nothing and exits 0: row PUBLISHER-DELIVERS FAILs, exit status 1."""
+    code, report, md = conformance(tmp_path, "publisher", "--cmd", "true", "--scenario", "default")
+    v = verdicts(report)
+    assert code == 1 and v["PUBLISHER-DELIVERS"] == "FAIL", v
+    ev = {r["id"]: r["evidence"] for r in report["requirements"]}["PUBLISHER-DELIVERS"]
+    assert "no record reached the witness subscriber" in ev
+
+
 def test_a_publisher_breaking_the_rules_fails(tmp_path):
     script = tmp_path / "bad_publisher.py"
     script.write_text(BAD_PUBLISHER)
@@ -146,8 +167,9 @@ def test_a_publisher_breaking_the_rules_fails(tmp_path):
     )
     v = verdicts(report)
     assert code == 1
-    for k in ("BATCH-3.1-2", "MQTT-TOPIC-ALIAS", "MQTT-DUP", "MQTT-PACKET-ID", "MQTT-AFTER-DISCONNECT"):
+    for k in ("BATCH-3.1-2", "MQTT-TOPIC-ALIAS-0", "MQTT-DUP", "MQTT-PACKET-ID", "MQTT-AFTER-DISCONNECT"):
         assert v[k] == "FAIL", (k, v[k])
+    assert v["BATCH-3.1-3"] == "PASS"  # its payloads parse: only the count is wrong (one check per requirement)
     ev = {r["id"]: r["evidence"] for r in report["requirements"]}
     assert "batch-size 3 but the payload holds 2" in ev["BATCH-3.1-2"] and ">>" in ev["BATCH-3.1-2"]
     assert v["BATCH-3.1-1"] == "PASS"

@@ -65,7 +65,7 @@ def _self_test(args: argparse.Namespace) -> int:
         pathlib.Path(args.json).write_text(json.dumps(st, indent=1) + "\n")
     if args.markdown:
         pathlib.Path(args.markdown).write_text("\n".join(M.selftest_section(st)) + "\n")
-    return 0 if st["killed"] == st["faulty"] and st["clean_ok"] else 1
+    return 0 if st["faulty"] and st["killed"] == st["faulty"] and st["clean_ok"] else 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ SEEDS = [
     H("d0 00"),
     H("e0 01 8e"),
     H("82 09 0001 00 0003 612f62 01"),
-    H("32 08 0003 742f78 0003 02 99 00"),  # unknown property id 0x99
+    H("32 08 0003 742f78 0003 02 7f 00"),  # unknown property id 0x7f
 ]
 
 

@@ -86,13 +86,13 @@ SCENARIOS = [
         hold_acks=True,
     ),
     Scenario(
-        "keepalive-2",
-        "Keep Alive 2 s, Receive Maximum 1, each acknowledgement withheld 4 s: the client must still send "
+        "keepalive-1",
+        "Keep Alive 1 s, Receive Maximum 1, each acknowledgement withheld 1.7 s: the client must still send "
         "(PINGREQ) while its quota is used up",
         {"max_inflight_messages": 1},
         hold_acks=True,
-        hold_s=4.0,
-        keepalive_s=2,
+        hold_s=1.7,
+        keepalive_s=1,
     ),
     Scenario("max-qos-0", "max_qos 0, publisher asked for QoS 1: nothing above QoS 0 may be sent", {"max_qos": 0}),
     Scenario("max-qos-1", "max_qos 1, publisher asked for QoS 2", {"max_qos": 1}, qos=2),

@@ -80,6 +80,7 @@ class _Conn:
         self.broker_gone = False  # forwarding to the broker failed: the client's bytes are only checked
         self.client_done = threading.Event()  # the client -> broker pump has ended
         self.client_eof = False  # the client closed its side (not a reset, not the proxy)
+        self.reset = False  # the proxy cut this connection (a fault, cut(), stop())
         self.held: list[bytes] = []  # acknowledgements withheld from the client (hold_acks)
         self.held_since = 0.0
         self.full_since: float | None = None  # since when the client's send quota is used up
@@ -281,6 +282,7 @@ class Proxy:
     @staticmethod
     def _reset(c: _Conn) -> None:
         """RST both ends. shutdown() wakes the pumps blocked in recv() (close() alone does not)."""
+        c.reset = True
         for s in c.socks:
             try:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
@@ -327,16 +329,9 @@ class Proxy:
             while True:
                 data = src.recv(65536)
                 if not data:
-                    if direction == C2S:
+                    if direction == C2S and not c.reset:
                         c.client_eof = True
-                    if buf and c.check is not None and not c.tls:
-                        self._note(
-                            c,
-                            direction,
-                            "MQTT-MALFORMED",
-                            buf,
-                            f"the stream ended inside a packet ({len(buf)} bytes of it arrived)",
-                        )
+                    self._truncated(c, direction, buf)
                     break
                 with self._lock:
                     if direction == C2S:
@@ -378,10 +373,21 @@ class Proxy:
                         self._send(c, direction, dst, buf)
                         buf = b""
                         break
-        except OSError:
-            pass  # either side went away (or cut() reset it): end this direction
+        except OSError:  # either side went away (or cut() reset it): end this direction
+            self._truncated(c, direction, buf)
         finally:
             self._pump_end(c, direction, src, dst)
+
+    def _truncated(self, c: _Conn, direction: str, buf: bytes) -> None:
+        """A stream its sender ended (closed or reset, not the proxy) inside a packet."""
+        if buf and c.check is not None and not c.tls and not c.reset:
+            self._note(
+                c,
+                direction,
+                "MQTT-MALFORMED",
+                buf,
+                f"the stream ended inside a packet ({len(buf)} bytes of it arrived)",
+            )
 
     def _unframed(self, c: _Conn, direction: str, buf: bytes) -> tuple[str, str] | None:
         """Why the stream cannot be framed from here (rule, text), or None."""

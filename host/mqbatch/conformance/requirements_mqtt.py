@@ -110,7 +110,7 @@ ROWS = [
         "MQTT-RECEIVE-MAX",
         "MQTT 3.3.4, 4.9",
         "Unacknowledged QoS 1/2 PUBLISHes never above the server's Receive Maximum.",
-        "proxy; scenarios inflight-1/2/20, qos2-live, keepalive-2: acknowledgements withheld until the "
+        "proxy; scenarios inflight-1/2/20, qos2-live, keepalive-1: acknowledgements withheld until the "
         "quota is used up and 0.4 s more, so a client that ignores the limit sends one too many",
         ["MQTT-RECEIVE-MAX"],
         ("MQTT-3.3.4-7", "MQTT-4.9.0-1", "MQTT-4.9.0-2"),
@@ -173,7 +173,7 @@ ROWS = [
         "The client sends a packet (PINGREQ if nothing else) within the Keep Alive in force: its own, or "
         "the Server Keep Alive of the CONNACK.",
         "proxy: every gap between client packets, and to the end of the connection, against 1.5 x the "
-        "Keep Alive in force (the server's allowance); scenario keepalive-2 (Server Keep Alive 2 s)",
+        "Keep Alive in force (the server's allowance); scenario keepalive-1 (Keep Alive 1 s, acknowledgements withheld 1.7 s)",
         ["MQTT-KEEPALIVE"],
         ("MQTT-3.1.2-20", "MQTT-3.1.2-21", "MQTT-3.2.2-21"),
     ),

@@ -124,7 +124,7 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "MQTT-3.3.4-8": (
         "client: other packets not delayed by a full send quota",
         "partly: MQTT-KEEPALIVE fails a client that stops sending (no PINGREQ) while its quota is full "
-        "(scenario keepalive-2); a delay shorter than the Keep Alive is not observable as a fault",
+        "(scenario keepalive-1); a delay shorter than the Keep Alive is not observable as a fault",
     ),
     "MQTT-3.3.4-9": ("server: Receive Maximum of the client", SERVER),
     "MQTT-3.3.4-10": ("server: other packets not delayed", SERVER),

@@ -7,7 +7,7 @@ clean publisher that must PASS every row). It speaks the harness's command proto
 every stored record was acknowledged).
 
 Clean behaviour: Clean Start on the first connect and Session Expiry from the environment,
-a retained Will (dropped after CONNACK 0x9A), one retained status message when the server
+a retained QoS 1 Will (unretained after CONNACK 0x9A, QoS 0 after 0x9B), one retained status message when the server
 retains, then batches for MQBATCH_DURATION_S: each built at send time from the records
 waiting, sized to land exactly on a limit (alternately the byte budget — min(Maximum Packet
 Size, MQBATCH_MAX_BYTES) — and the count MQBATCH_MAX_COUNT) once records pile up; QoS
@@ -55,7 +55,7 @@ FAULTS = {
     "first-not-connect": "a PINGREQ before its first CONNECT",
     "bad-utf8": "a User Property value that is not UTF-8",
     "truncated": "its last packet cut in the middle, then the connection closed",
-    "unknown-prop": "a PUBLISH with property identifier 0x99",
+    "unknown-prop": "a PUBLISH with property identifier 0x7f (not defined)",
     "compress-userprop": "gzip batches signalled by a User Property, not Content Type",
     "qos0-dup": "a QoS 0 PUBLISH with DUP=1",
 }
@@ -106,6 +106,7 @@ class Pub:
         self.pid = 0
         self.batches = 0
         self.will_retain = True
+        self.will_qos = 1
         self.connects = 0
         self.sock: socket.socket | None = None
         self.buf = b""
@@ -126,7 +127,7 @@ class Pub:
             s.sendall(pkt(0x10, body))
         else:
             props = b"\x11" + self.expiry.to_bytes(4, "big")
-            flags = (0x02 if clean else 0) | 0x04 | 0x08  # Will, Will QoS 1
+            flags = (0x02 if clean else 0) | 0x04 | (self.will_qos << 3)  # Will
             if self.will_retain:
                 flags |= 0x20
             will = b"\x00" + s16(self.topic.rsplit(b"/", 1)[0] + b"/status") + s16(b"offline")
@@ -141,12 +142,15 @@ class Pub:
         if reason == 0x9A and self.will_retain:
             self.will_retain = False
             raise Link("Will Retain refused")
+        if reason == 0x9B and self.will_qos:
+            self.will_qos = 0
+            raise Link("Will QoS refused")
         if reason >= 0x80:
             raise Link(f"CONNACK 0x{reason:02x}")
         self.max_packet = p.get(0x27, 1 << 28)
         self.receive_max = p.get(0x21, 65535)
         self.alias_max = p.get(0x22, 0)
-        self.qos = min(self.want_qos, p.get(0x24, 2))
+        self.qos = self.want_qos if self.f == "qos-over" else min(self.want_qos, p.get(0x24, 2))
         self.retain_ok = p.get(0x25, 1) == 1
         self.keepalive = p.get(0x13, self.ask_keepalive)
         self.alias_set = False
@@ -281,14 +285,14 @@ class Pub:
             return None
         max_count = self.max_count + (1 if self.f == "no-limits" else 0)
         qos = self.qos
-        count_mode = self.batches % 2 == 1
+        count_mode = self.batches % 4 == 1  # every 4th batch lands on the count limit, the others on bytes
         recs: list[int] = []
         for r in self.waiting:
             if len(recs) >= max_count or not self.fits(recs + [r], 0, qos):
                 break
             recs.append(r)
         full = len(recs) >= max_count or len(recs) < len(self.waiting)
-        if not full and not force and now - self.first_wait < 0.5:
+        if not full and not force and now - self.first_wait < 0.25:
             return None
         if not recs:
             return None
@@ -300,8 +304,8 @@ class Pub:
         return [recs, pad]
 
     def step(self, now: float, end: float) -> None:
-        if now < end:  # records arrive: 40 every 0.1 s
-            while self.next_rec < int((now - self.t0) * 400):
+        if now < end:  # records arrive: 10 every 0.1 s
+            while self.next_rec < int((now - self.t0) * 100):
                 if not self.waiting:
                     self.first_wait = now
                 self.waiting.append(self.next_rec)
@@ -337,12 +341,11 @@ class Pub:
                 self.inflight[pid] = ["ack", resend, recs]
             self.send(raw)
             self.alias_set = self.use_alias
-            if self.f == "pid-reuse" and self.batches == 3 and pid is not None and self.waiting:
-                extra, _ = self.build([self.waiting.pop(0)], 0, self.qos, pid)
-                self.send(extra)  # a new message on the same id, still open
-            if self.f == "qos0-dup" and self.batches == 2:
-                raw0, _ = self.build([self.waiting.pop(0)] if self.waiting else [], 0, 0, None)
-                self.send(bytes([raw0[0] | 0x08]) + raw0[1:])
+            if self.f == "pid-reuse" and self.batches == 3 and pid is not None:
+                extra, _ = self.build([self.next_rec], 0, self.qos, pid)  # a new record, a new message
+                self.next_rec += 1
+                self.stored += 1
+                self.send(extra)  # ... on the same id, still open
         if now - self.last_sent > self.keepalive / 2:
             self.send(b"\xc0\x00")
 
@@ -382,7 +385,7 @@ class Pub:
             self.send(pkt(0x30, s16(self.topic) + vbi(len(props)) + props))
         if self.f == "unknown-prop" and "unk" not in self.faulted:
             self.faulted.add("unk")
-            props = b"\x99\x00" + up("batch-format", "v1") + up("batch-size", "1")
+            props = b"\x7f\x00" + up("batch-format", "v1") + up("batch-size", "1")
             self.send(pkt(0x30, s16(self.topic) + vbi(len(props)) + props + b"\x01x"))
 
     def run(self) -> int:
