@@ -109,7 +109,7 @@ def test_third_party_paho_publisher_through_the_command_adapter(tmp_path):
         assert v[k] == "PASS", (k, report["requirements"])
     assert code == 0 and "FAIL" not in v.values(), [r for r in report["requirements"] if r["verdict"] == "FAIL"]
     assert runs["resume-dup"]["dup_publishes"] >= 1
-    assert "command: " in md and "conformance_paho" in md
+    assert "command: " in md and "mqbatch.conformance.paho" in md
 
 
 def test_mqbatch_decode_through_the_subscriber_adapter():

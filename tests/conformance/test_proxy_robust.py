@@ -75,22 +75,30 @@ def test_mqtt_311_connect_is_named_and_relayed():
 
 def test_unknown_property_truncation_and_oversize_are_named_and_the_relay_goes_on():
     sink = Sink(answer=CONNACK_5)
-    with Proxy("127.0.0.1", sink.port) as px:
+    with Proxy("127.0.0.1", sink.port, batch_topics=["batches/#"]) as px:
         # unknown property (main: KeyError 'alias' killed the forwarding thread), then a good packet
         c = _send(px.port, CONNECT_5, PUB_UNKNOWN_PROP, H("c0 00"))
         c.close()
         assert _until(lambda: bytes(sink.got).endswith(H("c0 00")))
-        # a header declaring 200 bytes > the server's Maximum Packet Size 100: named before the bytes arrive
+        # 200 bytes > the server's Maximum Packet Size 100; then a header declaring 100 MB: named from the
+        # header alone (the proxy buffers at most 64 MiB), the rest relayed unparsed
         n = len(sink.got)
-        c = _send(px.port, CONNECT_5, H("30 c8 01") + b"x" * 50)
+        big = H("30 c8 01 0003 742f78 00") + b"x" * 194
+        huge = H("30 80 80 80 30") + b"y" * 50
+        c = _send(px.port, CONNECT_5, wait=0)
+        assert c.recv(100) == CONNACK_5  # the limit is known before the packets come
+        c.sendall(big + huge)
+        time.sleep(0.3)
         c.close()
-        assert _until(lambda: len(sink.got) == n + len(CONNECT_5) + 53)
+        assert _until(lambda: len(sink.got) == n + len(CONNECT_5) + len(big) + len(huge))
         # a stream that ends inside a packet
         c = _send(px.port, CONNECT_5, H("30 20 0003"))
         c.close()
         assert _until(lambda: any("ended inside a packet" in v.text for v in px.violations))
         rules = sorted({v.rule for v in px.violations})
     assert rules == ["MQTT-MALFORMED", "MQTT-MAX-PACKET-SIZE", "MQTT-PROP-ALLOWED"], px.violations
+    sizes = [v.text for v in px.violations if v.rule == "MQTT-MAX-PACKET-SIZE"]
+    assert len(sizes) == 2 and "203 bytes" in sizes[0] and "100663301 bytes" in sizes[1], sizes
 
 
 def test_a_checker_that_fails_is_reported_and_the_relay_goes_on(monkeypatch):

@@ -56,6 +56,16 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         n = sum(sc["applied"].get(f"c2s {a}", 0) for a in {_APPLIED.get(r, r) for r in rules})
         if n:
             used.append(f"{sc['scenario']} ({n})")
+    if "MQTT-MAX-PACKET-SIZE" in rules:  # how close the publisher came: only an exact fill can show +1
+        closest = [
+            f"{sc['scenario']}: largest PUBLISH {sc['max_publish']} of {sc['max_packet_size']} B"
+            if not sc.get("probe_limits")
+            else f"{sc['scenario']}: {len(sc['probe_limits'])} connections told {sc['probe_limits'][:8]}, "
+            f"{sc['probe_exact']} PUBLISHes exactly on the limit told"
+            for sc in pub["scenarios"]
+            if sc.get("max_packet_size")
+        ]
+        used += [f"[{'; '.join(closest)}]"] if closest else []
     if bad:
         return FAIL, "\n".join(bad)
     if not used:

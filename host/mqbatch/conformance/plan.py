@@ -26,6 +26,7 @@ class Scenario:
     hold_acks: bool = False  # withhold acknowledgements until the send quota is used up
     hold_s: float | None = None  # with hold_acks: hold each this long even when the quota is used up
     keepalive_s: int | None = None  # the Keep Alive the publisher is told to use
+    max_packet_probe: bool = False  # rewrite each CONNACK's Maximum Packet Size (mqbatch.conformance.probe)
     limits: tuple[int, int] | None = None  # (batch count, payload bytes) the publisher is given here
     ci: bool = False  # part of the short matrix of `make test`
     firmware_fails: str = ""  # a known firmware failure of this scenario (the row still FAILs)
@@ -52,6 +53,17 @@ SCENARIOS = [
     ),
     Scenario(
         "max-packet-200", "max_packet_size 200 after 1.5 s offline", {"max_packet_size": 200}, hold_connects_s=1.5
+    ),
+    Scenario(
+        "max-packet-probe",
+        "after 2 s offline, one batch per connection; each CONNACK tells Maximum Packet Size P - 1, then P, "
+        "for P the largest PUBLISH just seen: a budget 1 byte too large builds P again",
+        {"max_packet_size": 300},
+        hold_connects_s=2.0,
+        max_packet_probe=True,
+        firmware_fails="the firmware sometimes reboots with RuntimeError 'in-flight table full: client allowed more "
+        "than receive_max' after a reconnect with Session Present 1 whose outbox entries no longer fit (a firmware "
+        "finding, reported)",
     ),
     Scenario(
         "limits-10-400",

@@ -40,6 +40,7 @@ import time
 
 from mqbatch.conformance.netcount import TlsRecords, tcp_segments
 from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse
+from mqbatch.conformance.probe import MaxPacketProbe
 from mqbatch.conformance.session import C2S, S2C, Checker, Violation
 from mqbatch.lab.broker import free_port
 
@@ -102,6 +103,7 @@ class Proxy:
         max_records: int = 200_000,
         hold_acks: bool = False,
         hold_s: float | None = None,
+        max_packet_probe: bool = False,
     ):
         self.target = (target_host, target_port)
         self.host = host
@@ -134,6 +136,7 @@ class Proxy:
         self._delay = 0.0
         self._faults: list[list] = []  # [direction, packet name, action]
         self.hold_acks = hold_acks
+        self.probe = MaxPacketProbe() if max_packet_probe else None  # mqbatch.conformance.probe
         # with hold_s, each acknowledgement is held that long whatever the quota (a client at its
         # Receive Maximum must still send PINGREQ within its Keep Alive)
         self.hold_grace_s = hold_s if hold_s is not None else HOLD_GRACE_S
@@ -398,7 +401,7 @@ class Proxy:
         if n is None:
             return None
         limit = c.check.side[direction].max_packet if c.check is not None else MAX_FRAME
-        if n > limit:
+        if n > MAX_FRAME and n > limit:  # too large to buffer: named from its header alone
             return "MQTT-MAX-PACKET-SIZE", (
                 f"a packet header declaring {n} bytes > the receiver's Maximum Packet Size {limit} "
                 "[MQTT-3.2.2-15]; the rest of the stream is relayed unparsed"
@@ -474,6 +477,9 @@ class Proxy:
         """Record, check and forward one whole packet; False if a fault ended the connection."""
         now = time.monotonic()
         with self._lock:
+            probe_cut = False
+            if self.probe is not None:
+                raw, probe_cut = self.probe.packet(c.number, direction, raw)
             rec = Record(now, c.number, direction, raw)
             if len(self.records) < self.max_records:
                 self.records.append(rec)
@@ -501,6 +507,9 @@ class Proxy:
                 c.held.append(raw)
             elif action in (None, "after") or rec.name not in _ACKS:
                 self._feed(c, direction, raw, now)
+            if probe_cut and action is None and not hold and c.check is not None and not c.check.side[C2S].inflight:
+                # nothing left open: cut after this acknowledgement; the next CONNACK tells the next limit
+                action = rec.fault = "after"
         if hold:
             return True
         if action is None:

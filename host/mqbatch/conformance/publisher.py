@@ -293,6 +293,7 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         max_payload_bytes=lim[1],
         hold_acks=s.hold_acks,
         hold_s=s.hold_s,
+        max_packet_probe=s.max_packet_probe,
     ).start()
     if s.hold_connects_s:
         proxy.refuse_connects(True)
@@ -336,6 +337,10 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         "delivered": {"batches": batches, "records": subs, "distinct": distinct},
         "delivery": _delivery(result, distinct, killed, timeout),
         "max_packet_size": s.broker.get("max_packet_size"),
+        "probe_limits": sorted(proxy.probe.told.values()) if proxy.probe else [],
+        "probe_exact": sum(1 for n, lim in proxy.probe.told.items() if proxy.probe.largest.get(n) == lim)
+        if proxy.probe
+        else 0,
         "violations": [dataclasses.asdict(v) for v in proxy.violations],
         "applied": {f"{d} {r}": n for (d, r), n in sorted(proxy.checker.applied.items())},
         "peak_inflight": {d: list(v) for d, v in proxy.checker.peak.items()},

@@ -86,6 +86,7 @@ class _Side:
     aliases: dict = dataclasses.field(default_factory=dict)
     inflight: dict = dataclasses.field(default_factory=dict)  # pid -> "ack" | "rel", in send order
     digests: dict = dataclasses.field(default_factory=dict)  # pid -> digest of the open message
+    sizes: dict = dataclasses.field(default_factory=dict)  # pid -> size of the open PUBLISH
     resend_order: list = dataclasses.field(default_factory=list)  # pids open at the resume, in order
     releasable: set = dataclasses.field(default_factory=set)  # QoS 2 pids past PUBREC at the resume
     discarded: set = dataclasses.field(default_factory=set)  # pids of a session the server did not keep
@@ -141,7 +142,10 @@ class Connection:
         if me.max_packet < NO_LIMIT:
             ck.apply(direction, "MQTT-MAX-PACKET-SIZE")
         if len(raw) > me.max_packet:
-            bad("MQTT-MAX-PACKET-SIZE", f"{len(raw)} bytes > the peer's Maximum Packet Size {me.max_packet}")
+            bad(
+                "MQTT-MAX-PACKET-SIZE",
+                f"{len(raw)} bytes > the peer's Maximum Packet Size {me.max_packet} [MQTT-3.2.2-15]",
+            )
         if not pkt.complete:
             if any(r == "MQTT-VERSION" for r, _ in pkt.violations):
                 self.foreign = True  # not MQTT 5: the proxy relays the rest unparsed
@@ -179,6 +183,8 @@ class Connection:
             self.disconnected = True
             ck.apply(C2S, "MQTT-AFTER-DISCONNECT")
             self._client_ends(bad, t, "DISCONNECT")
+        if self.closed:  # sent as the connection was cut: part of the client's session all the same
+            self._save()
         return pkt
 
     def _c2s_timing(self, t: float, bad) -> None:
@@ -252,6 +258,13 @@ class Connection:
             self.side[d].resend_order = [p for p, st in saved[d].items() if st == "ack"]
             self.side[d].releasable = {p for p, st in saved[d].items() if st == "rel"}
         c2s.digests = dict(saved["digests"])
+        c2s.sizes = dict(saved.get("sizes", {}))
+        # an open message larger than this connection's Maximum Packet Size cannot be resent
+        # ([MQTT-3.2.2-15] prevails over [MQTT-4.4.0-1]): the client may give it up
+        too_big = [p for p in c2s.resend_order if c2s.sizes.get(p, 0) > c2s.max_packet]
+        for p in too_big:
+            c2s.resend_order.remove(p)
+            c2s.inflight.pop(p, None)
 
     def _publish(self, pkt, direction, me, bad):
         f = pkt.fields
@@ -328,6 +341,12 @@ class Connection:
                 f"Session Present 0): the old session's messages must be discarded [MQTT-3.1.2-4, MQTT-3.2.2-5]",
             )
         elif at_resume:
+            if f["dup"] and not same:
+                bad(
+                    "MQTT-RESEND",
+                    f"DUP=1 on packet id {pid} with another payload than the message left open under it: "
+                    f"not a resend of it [MQTT-4.4.0-1]",
+                )
             if not f["dup"] and same:
                 bad("MQTT-DUP-RESEND", f"packet id {pid} resent without DUP=1 [MQTT-3.3.1-1]")
             elif not f["dup"]:
@@ -351,6 +370,7 @@ class Connection:
         if me.inflight.get(pid) != "rel":
             me.inflight[pid] = "ack"
         me.digests[pid] = digest
+        me.sizes[pid] = len(pkt.raw)
         me.peak = max(me.peak, len(me.inflight))
         ck.peak[direction] = max(ck.peak.get(direction, (0, 0)), (len(me.inflight), me.receive_max))
         if len(me.inflight) > me.receive_max:
@@ -376,11 +396,15 @@ class Connection:
                     f"{t - self.last_c2s:.1f} s without a client packet before the connection ended; Keep Alive "
                     f"in force {self.keepalive} s [MQTT-3.1.2-20, MQTT-3.1.2-21]",
                 )
+        self._save()
+
+    def _save(self) -> None:
         if self.client_id is not None and self.connack_seen:
             self.checker.sessions[self.client_id] = {
                 C2S: dict(self.side[C2S].inflight),
                 S2C: dict(self.side[S2C].inflight),
                 "digests": dict(self.side[C2S].digests),
+                "sizes": dict(self.side[C2S].sizes),
             }
 
 

@@ -165,6 +165,10 @@ class Pub:
                 self.waiting[:0] = recs
                 del self.inflight[pid]
             return
+        for pid, (_, raw, recs) in list(self.inflight.items()):  # too large for this connection: given up,
+            if len(raw) > self.max_packet and self.f != "oversize-1":  # its records republished as new
+                self.waiting[:0] = recs
+                del self.inflight[pid]
         order = list(self.inflight)
         if self.f == "resend-reverse":
             order.reverse()
