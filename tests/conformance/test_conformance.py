@@ -10,6 +10,8 @@ import json
 import sys
 import textwrap
 
+import pytest
+
 from mqbatch import cli
 from mqbatch.conformance.subscriber import run_corpus
 from mqbatch_testing import VENV_BIN
@@ -148,6 +150,19 @@ BAD_PUBLISHER = textwrap.dedent('''
     c.sendall(b"\\xe0\\x00" + b"\\xc0\\x00")                                           # PINGREQ after DISCONNECT
     c.close()
 ''')
+
+
+@pytest.mark.xfail(
+    reason="firmware: at Maximum Packet Size 128 the app crash-loops (a 53-byte health record does not fit its "
+    "batch budget); the fix is another engineer's firmware change. The harness reports PUBLISHER-DELIVERS FAIL.",
+    strict=False,
+)
+def test_firmware_at_the_smallest_maximum_packet_size(tmp_path):
+    code, report, md = conformance(tmp_path, "publisher", "--scenario", "max-packet-128")
+    v = verdicts(report)
+    assert code == 0 and v["PUBLISHER-DELIVERS"] == "PASS", [
+        r for r in report["requirements"] if r["verdict"] == "FAIL"
+    ]
 
 
 def test_a_silent_publisher_fails_on_delivery(tmp_path):

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 ("--sub-cmd", args.sub_cmd),
                 ("--markdown", args.markdown),
                 ("--json", args.json),
+                ("--self-test", args.self_test_json),
             )
             if v
             for w in (flag, v)

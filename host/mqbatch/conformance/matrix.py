@@ -408,6 +408,12 @@ HOW = """## How the harness works
 - Acknowledgements withheld (scenarios with `hold_acks`): the proxy keeps PUBACK/PUBREC/PUBCOMP from the
   client until its unacknowledged PUBLISHes reach the server's Receive Maximum and 0.4 s more have passed
   (or 1 s at most), so a client that ignores Receive Maximum sends one too many, every time.
+- Limits landed on exactly: scenarios limits-10-2048 and limits-100-400 give the publisher batch limits it fills
+  with a backlog (row BATCH-3.1-5 PASSes only if some batch sat exactly on a limit); max-packet-128/200/600
+  go down to the smallest packet that holds one record plus headers; max-packet-probe rewrites each
+  CONNACK's Maximum Packet Size (same 4 bytes) to P - 1, then P, for P the most frequent full batch
+  size seen, and cuts the connection once a full batch is acknowledged and nothing is open, so a
+  publisher whose budget is a byte too large builds P again, 1 byte over (mqbatch.conformance.probe).
 - Delivery (row PUBLISHER-DELIVERS): a publisher that crashes, exits non-zero, is still running after
   60 s, or whose stored records do not all reach the witness subscriber FAILs, and the exit status is 1.
 - The proxy cannot be knocked over: any byte stream either side sends is parsed to its end or named
@@ -417,7 +423,9 @@ HOW = """## How the harness works
   (`tests/conformance/test_proxy_robust.py`).
 - Self-test: `mqbatch conformance self-test [--full]` runs faulty publishers (raw-socket ones,
   `mqbatch.lab.rawpub`, and mutations of a temporary copy of the firmware) and a clean one through the
-  harness; each must FAIL on its own row and nowhere a rule is not broken (section above).
+  harness; each must FAIL on its own row and nowhere a rule is not broken (section above; add it to
+  this page with `--self-test FILE`, the JSON of `mqbatch conformance self-test --full --json FILE`).
+  `make test` runs the short set (`tests/conformance/test_selftest.py`, about 80 s).
 - The device's packet parsers are also fuzzed inside the Unix port (`tests/conformance/test_conformance_fuzz.py`, 50,000
   inputs in `make test`; long run: `MICROPYPATH=firmware:tests/mpy .venv/bin/micropython
   tests/mpy/fuzz_packet.py 5000000 7`), figures in docs/mqtt-client.md.

@@ -102,7 +102,7 @@ REQUIREMENTS = [
         "Implement and respect configurable upper limits for batch-size and payload bytes (§3.3).",
         "proxy: every batch within the limits the publisher is configured with (the firmware: "
         "flush.max_count 100, flush.max_bytes 2048; a command: --max-batch-size, --max-payload-bytes; "
-        "scenario limits-10-400 gives 10 / 400); PASS needs a batch exactly on a limit (+1 would fail)",
+        "scenarios limits-10-2048 and limits-100-400); PASS needs a batch exactly on a limit (+1 would fail)",
         ("pub", ["BATCH-LIMITS"]),
     ),
     Req(

