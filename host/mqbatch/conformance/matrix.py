@@ -56,7 +56,7 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         n = sum(sc["applied"].get(f"c2s {a}", 0) for a in {_APPLIED.get(r, r) for r in rules})
         if n:
             used.append(f"{sc['scenario']} ({n})")
-    if "MQTT-MAX-PACKET-SIZE" in rules:  # how close the publisher came: only an exact fill can show +1
+    if "MQTT-MAX-PACKET-SIZE" in rules and used:  # how close it came: only an exact fill can show +1
         closest = [
             f"{sc['scenario']}: largest PUBLISH {sc['max_publish']} of {sc['max_packet_size']} B"
             if not sc.get("probe_limits")
@@ -409,7 +409,7 @@ HOW = """## How the harness works
   client until its unacknowledged PUBLISHes reach the server's Receive Maximum and 0.4 s more have passed
   (or 1 s at most), so a client that ignores Receive Maximum sends one too many, every time.
 - Limits landed on exactly: scenarios limits-10-2048 and limits-100-400 give the publisher batch limits it fills
-  with a backlog (row BATCH-3.1-5 PASSes only if some batch sat exactly on a limit); max-packet-128/200/600
+  with a backlog (row BATCH-3.1-5 PASSes only if some batch sat exactly on a limit); max-packet-120/128/200/600
   go down to the smallest packet that holds one record plus headers; max-packet-probe rewrites each
   CONNACK's Maximum Packet Size (same 4 bytes) to P - 1, then P, for P the most frequent full batch
   size seen, and cuts the connection once a full batch is acknowledged and nothing is open, so a

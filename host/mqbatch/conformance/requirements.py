@@ -90,7 +90,7 @@ REQUIREMENTS = [
         "MUST",
         "The whole PUBLISH must not exceed the Maximum Packet Size from CONNACK.",
         "proxy: exact size of every packet (Remaining Length bytes included) against CONNACK's Maximum Packet "
-        "Size; scenarios max_packet_size 128, 200, 600 (forces splitting) and 2000",
+        "Size; scenarios max_packet_size 120, 128, 200, 600 (forces splitting) and 2000",
         ("pub", ["MQTT-MAX-PACKET-SIZE"]),
         ("MQTT-3.2.2-15",),
         "MQTT-MAX-PACKET-SIZE",

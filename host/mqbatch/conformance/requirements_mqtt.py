@@ -77,7 +77,7 @@ ROWS = [
         "MQTT 3.2.2.3.6",
         "No packet above the server's Maximum Packet Size.",
         "proxy, exact size (a header declaring more is named before the bytes arrive); scenarios "
-        "max_packet_size 128, 200, 600, 2000",
+        "max_packet_size 120, 128, 200, 600, 2000",
         ["MQTT-MAX-PACKET-SIZE"],
         ("MQTT-3.2.2-15", "MQTT-3.6.2-2", "MQTT-3.6.2-3", "MQTT-3.14.2-3", "MQTT-3.14.2-4"),
     ),
