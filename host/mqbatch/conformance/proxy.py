@@ -33,7 +33,6 @@ packets into more segments.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
@@ -41,6 +40,7 @@ import time
 from mqbatch.conformance.netcount import TlsRecords, tcp_segments
 from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse
 from mqbatch.conformance.probe import MaxPacketProbe
+from mqbatch.conformance.relay import _ACKS, HOLD_GRACE_S, HOLD_MAX_S, Record, _Conn, release_loop
 from mqbatch.conformance.session import C2S, S2C, Checker, Violation
 from mqbatch.lab.broker import free_port
 
@@ -49,43 +49,6 @@ __all__ = ["Proxy", "Record", "TlsRecords", "tcp_segments"]
 _RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends RST
 DRAIN_S = 2.0  # after the broker closes, how long the client's already sent bytes are still read
 MAX_FRAME = 64 << 20  # the largest packet the proxy buffers to parse (beyond it: relayed unparsed)
-HOLD_GRACE_S = 0.4  # hold_acks: how long a client at its Receive Maximum gets to send one too many
-HOLD_MAX_S = 1.0  # hold_acks: the longest an acknowledgement is withheld
-_ACKS = ("PUBACK", "PUBREC", "PUBCOMP")
-
-
-@dataclasses.dataclass
-class Record:
-    t: float  # time.monotonic() when the whole packet had arrived
-    conn: int
-    direction: str  # "c2s" | "s2c"
-    raw: bytes
-    fault: str | None = None  # "drop" / "mid": the peer never got it (whole); "after": cut after it
-
-    @property
-    def name(self) -> str:
-        return NAMES.get(self.raw[0] >> 4, "?") if self.raw else "?"
-
-    def summary(self) -> str:
-        return parse(self.raw).summary() + (f" [fault: {self.fault}]" if self.fault else "")
-
-
-class _Conn:
-    def __init__(self, number: int, client: socket.socket, upstream: socket.socket, check):
-        self.number = number
-        self.socks = (client, upstream)
-        self.check = check  # conformance_session.Connection, or None (opaque: TLS)
-        self.tls = False
-        self.tls_framing = {C2S: TlsRecords(), S2C: TlsRecords()}
-        self.segments_counted = False
-        self.broker_gone = False  # forwarding to the broker failed: the client's bytes are only checked
-        self.client_done = threading.Event()  # the client -> broker pump has ended
-        self.client_eof = False  # the client closed its side (not a reset, not the proxy)
-        self.reset = False  # the proxy cut this connection (a fault, cut(), stop())
-        self.held: list[bytes] = []  # acknowledgements withheld from the client (hold_acks)
-        self.held_since = 0.0
-        self.full_since: float | None = None  # since when the client's send quota is used up
-        self.send_lock = threading.Lock()  # the s2c pump and the ack releaser both write to the client
 
 
 class Proxy:
@@ -534,43 +497,8 @@ class Proxy:
         except Exception as e:  # noqa: BLE001 - see _harness_error
             self._harness_error(c, parse(raw).summary(), e)
 
-    # -- withheld acknowledgements (hold_acks) -------------------------------------------
-
     def _release_loop(self) -> None:
-        """Release a connection's withheld PUBACK/PUBREC/PUBCOMP once the client has used up its
-        send quota (Receive Maximum) and had HOLD_GRACE_S to send one PUBLISH too many, or after
-        HOLD_MAX_S (it had nothing more to send)."""
-        while not self._stopped.wait(0.01):
-            now = time.monotonic()
-            with self._lock:
-                conns = list(self._conns.values())
-            for c in conns:
-                with self._lock:
-                    if not c.held or c.check is None:
-                        c.full_since = None
-                        continue
-                    side = c.check.side[C2S]
-                    full = len(side.inflight) >= side.receive_max
-                    if full and c.full_since is None:
-                        c.full_since = now
-                    elif not full:
-                        c.full_since = None
-                    due = (c.full_since is not None and now - c.full_since >= self.hold_grace_s) or (
-                        now - c.held_since >= self.hold_max_s
-                    )
-                    if not due:
-                        continue
-                    out, c.held, c.full_since = c.held, [], None
-                    for raw in out:
-                        rec = Record(now, c.number, S2C, raw)
-                        if len(self.records) < self.max_records:
-                            self.records.append(rec)
-                        self._feed(c, S2C, raw, now)
-                try:
-                    with c.send_lock:
-                        self._forward(c.socks[0], b"".join(out))
-                except OSError:
-                    pass  # the client is gone: its pump ends the connection
+        release_loop(self)
 
     def _note(self, c: _Conn, direction: str, rule: str, buf: bytes, why: str) -> None:
         with self._lock:
