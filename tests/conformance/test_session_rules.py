@@ -106,3 +106,9 @@ def test_max_packet_probe_rewrites_the_connack():
     assert pr.packet(0, S2C, H("40 02 0001")) == (H("40 02 0001"), True)  # cut after a full batch's ack
     told = [int.from_bytes(pr.packet(n, S2C, connack)[0][9:13], "big") for n in (1, 2)]
     assert told == [280, 281]  # P - 1, then P, for the most frequent size 281
+
+
+def test_lose_sessions_sets_clean_start_on_the_connect():
+    from mqbatch.conformance.proxy import _clean_start
+
+    assert _clean_start(CONNECT_RESUME) == CONNECT and _clean_start(CONNECT) == CONNECT

@@ -27,6 +27,7 @@ class Scenario:
     hold_s: float | None = None  # with hold_acks: hold each this long even when the quota is used up
     keepalive_s: int | None = None  # the Keep Alive the publisher is told to use
     max_packet_probe: bool = False  # rewrite each CONNACK's Maximum Packet Size (mqbatch.conformance.probe)
+    lose_sessions: bool = False  # reconnects reach the broker with Clean Start 1: Session Present 0
     limits: tuple[int, int] | None = None  # (batch count, payload bytes) the publisher is given here
     ci: bool = False  # part of the short matrix of `make test`
     firmware_fails: str = ""  # a known firmware failure of this scenario (the row still FAILs)
@@ -136,6 +137,13 @@ SCENARIOS = [
         hold_connects_s=1.5,
         hold_acks=True,
         faults=[(2.0, "fault", ("s2c", "PUBACK", "drop"))],
+    ),
+    Scenario(
+        "session-lost",
+        "PUBACK lost with the link; the reconnect reaches the broker with Clean Start 1, so Session Present 0: "
+        "the client must discard its session (no DUP resend) and may publish the records again as new messages",
+        faults=[(1.5, "fault", ("s2c", "PUBACK", "drop")), (3.0, "fault", ("s2c", "PUBACK", "drop"))],
+        lose_sessions=True,
     ),
     Scenario(
         "qos2-recovery",

@@ -38,7 +38,7 @@ import threading
 import time
 
 from mqbatch.conformance.netcount import TlsRecords, tcp_segments
-from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse
+from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse, read_vbi
 from mqbatch.conformance.probe import MaxPacketProbe
 from mqbatch.conformance.relay import _ACKS, HOLD_GRACE_S, HOLD_MAX_S, Record, _Conn, release_loop
 from mqbatch.conformance.session import C2S, S2C, Checker, Violation
@@ -49,6 +49,16 @@ __all__ = ["Proxy", "Record", "TlsRecords", "tcp_segments"]
 _RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends RST
 DRAIN_S = 2.0  # after the broker closes, how long the client's already sent bytes are still read
 MAX_FRAME = 64 << 20  # the largest packet the proxy buffers to parse (beyond it: relayed unparsed)
+
+
+def _clean_start(raw: bytes) -> bytes:
+    """The CONNECT with its Clean Start flag set (the flags byte follows the protocol name and level)."""
+    try:
+        _, p = read_vbi(raw, 1)
+    except Malformed:
+        return raw
+    i = p + 2 + int.from_bytes(raw[p : p + 2], "big") + 1
+    return raw[:i] + bytes([raw[i] | 0x02]) + raw[i + 1 :] if i < len(raw) else raw
 
 
 class Proxy:
@@ -67,6 +77,7 @@ class Proxy:
         hold_acks: bool = False,
         hold_s: float | None = None,
         max_packet_probe: bool = False,
+        lose_sessions: bool = False,
     ):
         self.target = (target_host, target_port)
         self.host = host
@@ -100,6 +111,9 @@ class Proxy:
         self._faults: list[list] = []  # [direction, packet name, action]
         self.hold_acks = hold_acks
         self.probe = MaxPacketProbe() if max_packet_probe else None  # mqbatch.conformance.probe
+        # every reconnect's CONNECT gets Clean Start 1 on its way to the broker: the client asked to
+        # resume, the server answers Session Present 0, and the client must drop its session state
+        self.lose_sessions = lose_sessions
         # with hold_s, each acknowledgement is held that long whatever the quota (a client at its
         # Receive Maximum must still send PINGREQ within its Keep Alive)
         self.hold_grace_s = hold_s if hold_s is not None else HOLD_GRACE_S
@@ -443,6 +457,8 @@ class Proxy:
             probe_cut = False
             if self.probe is not None:
                 raw, probe_cut = self.probe.packet(c.number, direction, raw)
+            if self.lose_sessions and c.number > 0 and direction == C2S and raw[:1] == b"\x10":
+                raw = _clean_start(raw)
             rec = Record(now, c.number, direction, raw)
             if len(self.records) < self.max_records:
                 self.records.append(rec)

@@ -294,6 +294,7 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         hold_acks=s.hold_acks,
         hold_s=s.hold_s,
         max_packet_probe=s.max_packet_probe,
+        lose_sessions=s.lose_sessions,
     ).start()
     if s.hold_connects_s:
         proxy.refuse_connects(True)

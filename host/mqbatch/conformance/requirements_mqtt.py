@@ -154,7 +154,8 @@ ROWS = [
         "MQTT 3.1.2.4, 3.2.2.1.1",
         "With Clean Start 1 or Session Present 0 the old session is discarded: none of its messages are "
         "resent (DUP) or released (PUBREL) into the new one.",
-        "proxy: ids open when a connection ended, against the next connection of that client id",
+        "proxy: ids open when a connection ended, against the next connection of that client id; scenario "
+        "session-lost (the reconnect reaches the broker with Clean Start 1: Session Present 0)",
         ["MQTT-SESSION"],
         ("MQTT-3.1.2-4", "MQTT-3.2.2-5"),
     ),

@@ -69,6 +69,7 @@ MUTANTS = [
     Mutant("no-resend", "MQTT-RESEND", ["resume-dup"], "no-resend", also=(DELIV,)),
     Mutant("resend-reverse", "MQTT-RESEND-ORDER", ["resume-order"], "resend-reverse"),
     Mutant("clean-start-resend", "MQTT-SESSION", ["resume-dup"], "clean-start-resend"),
+    Mutant("keep-lost-session", "MQTT-SESSION", ["session-lost"], "keep-lost-session"),
     Mutant("pid-reuse", "MQTT-PACKET-ID", ["inflight-2"], "pid-reuse", also=(DELIV,)),
     Mutant("qos-over", "MQTT-MAX-QOS", ["max-qos-0"], "qos-over", also=(DELIV,)),
     Mutant("retain-anyway", "MQTT-RETAIN", ["retain-unavailable"], "retain-anyway", also=(DELIV,)),

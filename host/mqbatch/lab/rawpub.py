@@ -46,6 +46,7 @@ FAULTS = {
     "no-resend": "after a resume, does not resend what is open",
     "resend-reverse": "resends in reverse order after a resume",
     "clean-start-resend": "reconnects with Clean Start 1 and resends with DUP into the new session",
+    "keep-lost-session": "after Session Present 0 it resends what was open with DUP, as if the session were kept",
     "pid-reuse": "a new message on a Packet Identifier still unacknowledged",
     "qos-over": "ignores the server's Maximum QoS",
     "retain-anyway": "retains its status message although Retain Available is 0",
@@ -158,7 +159,7 @@ class Pub:
         # whole topic again, and must still fit the batch that was sized to land exactly on the limit
         self.use_alias = self.f == "alias-over" or (self.alias_max >= 1 and 0x27 not in p)
         if not present or self.f == "clean-start-resend" and clean:
-            if self.f == "clean-start-resend":
+            if self.f in ("clean-start-resend", "keep-lost-session"):
                 self.resend(order=list(self.inflight))
                 return
             for pid, (_, _, recs) in list(self.inflight.items()):  # the session is gone: republish as new
