@@ -487,8 +487,9 @@ class Proxy:
             elif action in (None, "after") or rec.name not in _ACKS:
                 self._feed(c, direction, raw, now)
             if probe_cut and action is None and not hold and c.check is not None and not c.check.side[C2S].inflight:
-                # nothing left open: cut after this acknowledgement; the next CONNACK tells the next limit
-                action = rec.fault = "after"
+                # nothing left open: close after this acknowledgement (FIN, not RST: the client reads it
+                # first); the next CONNACK tells the next limit
+                action = rec.fault = "close"
         if hold:
             return True
         if action is None:
@@ -496,13 +497,22 @@ class Proxy:
             return True
         if action == "mid":
             self._forward(dst, raw[: max(1, len(raw) // 2)])
-        elif action == "after":
+        elif action in ("after", "close"):
             self._forward(dst, raw)
         self.cuts += 1
         with self._lock:
             if self._conns.pop(c.number, None) is not None:
                 self._close_check(c)
-        self._reset(c)
+        if action == "close":  # an orderly close: what was forwarded is read before the end of stream
+            c.reset = True
+            for sock in c.socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed by its peer
+                sock.close()
+        else:
+            self._reset(c)
         return False
 
     def _feed(self, c: _Conn, direction: str, raw: bytes, now: float) -> None:
