@@ -10,6 +10,8 @@ import json
 import sys
 import textwrap
 
+import pytest
+
 from mqbatch import cli
 from mqbatch.conformance.subscriber import run_corpus
 from mqbatch_testing import VENV_BIN
@@ -34,6 +36,18 @@ def test_ci_matrix_passes_for_the_firmware_and_the_host_decoder(tmp_path, capsys
     assert code == 0 and not fails, fails
     must_pass = (
         [
+            "PUBLISHER-DELIVERS",
+            "HARNESS",
+            "MQTT-VERSION",
+            "MQTT-FIRST-CONNECT",
+            "MQTT-REASON-CODE",
+            "MQTT-TOPIC-ALIAS-0",
+            "MQTT-SUB-ID",
+            "MQTT-DUP-RESEND",
+            "MQTT-RESEND",
+            "MQTT-RESEND-ORDER",
+            "MQTT-PUBREL",
+            "MQTT-KEEPALIVE",
             "BATCH-3.1-1",
             "BATCH-3.1-2",
             "BATCH-3.1-3",
@@ -97,7 +111,7 @@ def test_third_party_paho_publisher_through_the_command_adapter(tmp_path):
         assert v[k] == "PASS", (k, report["requirements"])
     assert code == 0 and "FAIL" not in v.values(), [r for r in report["requirements"] if r["verdict"] == "FAIL"]
     assert runs["resume-dup"]["dup_publishes"] >= 1
-    assert "command: " in md and "conformance.paho" in md
+    assert "command: " in md and "mqbatch.conformance.paho" in md
 
 
 def test_mqbatch_decode_through_the_subscriber_adapter():
@@ -138,6 +152,25 @@ BAD_PUBLISHER = textwrap.dedent('''
 ''')
 
 
+def test_firmware_at_the_smallest_maximum_packet_size(tmp_path):
+    """At Maximum Packet Size 120 the 53-byte health record never fits: the firmware refuses
+    and counts it (it used to crash-loop), and delivers what it stored."""
+    code, report, md = conformance(tmp_path, "publisher", "--scenario", "max-packet-120")
+    v = verdicts(report)
+    assert code == 0 and v["PUBLISHER-DELIVERS"] == "PASS", [
+        r for r in report["requirements"] if r["verdict"] == "FAIL"
+    ]
+
+
+def test_a_silent_publisher_fails_on_delivery(tmp_path):
+    """`--cmd true` publishes nothing and exits 0: row PUBLISHER-DELIVERS FAILs, exit status 1."""
+    code, report, md = conformance(tmp_path, "publisher", "--cmd", "true", "--scenario", "default")
+    v = verdicts(report)
+    assert code == 1 and v["PUBLISHER-DELIVERS"] == "FAIL", v
+    ev = {r["id"]: r["evidence"] for r in report["requirements"]}["PUBLISHER-DELIVERS"]
+    assert "no record reached the witness subscriber" in ev
+
+
 def test_a_publisher_breaking_the_rules_fails(tmp_path):
     script = tmp_path / "bad_publisher.py"
     script.write_text(BAD_PUBLISHER)
@@ -146,8 +179,9 @@ def test_a_publisher_breaking_the_rules_fails(tmp_path):
     )
     v = verdicts(report)
     assert code == 1
-    for k in ("BATCH-3.1-2", "MQTT-TOPIC-ALIAS", "MQTT-DUP", "MQTT-PACKET-ID", "MQTT-AFTER-DISCONNECT"):
+    for k in ("BATCH-3.1-2", "MQTT-TOPIC-ALIAS-0", "MQTT-DUP", "MQTT-PACKET-ID", "MQTT-AFTER-DISCONNECT"):
         assert v[k] == "FAIL", (k, v[k])
+    assert v["BATCH-3.1-3"] == "PASS"  # its payloads parse: only the count is wrong (one check per requirement)
     ev = {r["id"]: r["evidence"] for r in report["requirements"]}
     assert "batch-size 3 but the payload holds 2" in ev["BATCH-3.1-2"] and ">>" in ev["BATCH-3.1-2"]
     assert v["BATCH-3.1-1"] == "PASS"

@@ -166,7 +166,7 @@ def test_packet_above_the_peers_maximum_packet_size():
 
 
 def test_topic_alias_rules():
-    assert session(*OPEN, ("c2s", pub(1, props=H("23 0000") + BATCH_PROPS))) == ["MQTT-TOPIC-ALIAS"]
+    assert session(*OPEN, ("c2s", pub(1, props=H("23 0000") + BATCH_PROPS))) == ["MQTT-TOPIC-ALIAS-0"]
     assert session(*OPEN, ("c2s", pub(1, props=H("23 0003") + BATCH_PROPS))) == ["MQTT-TOPIC-ALIAS"]
     assert session(*OPEN, ("c2s", pub(1, props=H("23 0001") + BATCH_PROPS, topic=b""))) == ["MQTT-TOPIC-ALIAS"]
     # defined on an earlier connection does not count
@@ -200,7 +200,9 @@ def test_dup_only_on_resends_after_a_resumed_session():
         session(*left_open, ("c2s", CONNECT_RESUME), ("s2c", CONNACK_PRESENT), ("c2s", dup1), ("s2c", H("40 02 0001")))
         == []
     )
-    assert session(*left_open, ("c2s", CONNECT_RESUME), ("s2c", CONNACK), ("c2s", dup1)) == ["MQTT-DUP"]
+    # Session Present 0: the client had to discard the session [MQTT-3.2.2-5]
+    assert session(*left_open, ("c2s", CONNECT_RESUME), ("s2c", CONNACK), ("c2s", dup1)) == ["MQTT-SESSION"]
+    assert session(*left_open, ("c2s", CONNECT), ("s2c", CONNACK), ("c2s", dup1)) == ["MQTT-SESSION"]
     # a message acknowledged before the link dropped may not be resent
     assert session(
         *left_open, ("s2c", H("40 02 0001")), ("c2s", CONNECT_RESUME), ("s2c", CONNACK_PRESENT), ("c2s", dup1)
@@ -252,7 +254,12 @@ SIZE3 = H("26 000a 62617463682d73697a65 0001 33")
         (FMT + H("26 000a 62617463682d73697a65 0001 30"), H("01 41"), "BATCH-SIZE"),  # "0"
         (FMT + SIZE3, H("01 41 02 42 43"), "BATCH-COUNT"),  # fewer
         (FMT + SIZE2, H("01 41 02 42 43 00"), "BATCH-COUNT"),  # trailing
-        (FMT + SIZE2, H("01 41 05 42"), "BATCH-COUNT"),  # length past the end
+        (FMT + SIZE2, H("01 41 05 42"), "BATCH-PAYLOAD"),  # length past the end: 3.1-3, not a count
+        (FMT + SIZE2, b"", "BATCH-PAYLOAD"),  # an empty payload is no batch
+        (FMT + SIZE2, H("01 41 ff ff ff ff 01"), "BATCH-PAYLOAD"),  # 5-byte VBI
+        (FMT + SIZE2, __import__("gzip").compress(H("01 41 02 42 43")), "BATCH-COMPRESSION"),  # no Content Type
+        (FMT + SIZE2 + H("26 0008 636f6d7072657373 0004 677a6970"), H("01 41 02 42 43"), "BATCH-COMPRESSION"),
+        (H("0b 05") + FMT + SIZE2, H("01 41 02 42 43"), "MQTT-SUB-ID"),  # Subscription Identifier from a client
     ],
 )
 def test_batch_rules(props, payload, rule):

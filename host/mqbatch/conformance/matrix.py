@@ -16,450 +16,24 @@ the evidence; NOT TESTED: no evidence in this run (the reason says why).
 
 from __future__ import annotations
 
-import dataclasses
 import json
+
+from mqbatch.conformance.requirements import _VERDICT, REQUIREMENTS, Req  # noqa: F401 (Req re-exported)
 
 PASS, FAIL, NOT_TESTED = "PASS", "FAIL", "NOT TESTED"
 
 
-@dataclasses.dataclass
-class Req:
-    id: str
-    section: str
-    level: str
-    text: str
-    how: str
-    check: tuple
-
-
-_VERDICT = ("verdict", "reason", "delivered")
-_LOG = ("log", "log client id", "partial warning")
-_ALL_ASPECTS = _VERDICT + _LOG
-_ALL_ERRORS = ("E1", "E2", "E3", "E4", "E5", "E6")
-_SECURITY = (
-    "plain-TCP loopback listeners are used so the proxy can read every packet; TLS, certificate "
-    "validation, passwords and ACLs are covered by tests/firmware/test_mqtt_client.py, tests/firmware/test_app.py and "
-    "the authorisation matrix against the real broker (tests/scenarios/test_security_matrix.py, docs/security.md), "
-    "not by this harness"
-)
-
-REQUIREMENTS = [
-    # 3.1 publisher
-    Req(
-        "BATCH-3.1-1",
-        "3.1",
-        "MUST",
-        "Set the batch-format User Property to a supported version string (\"v1\").",
-        "proxy: every PUBLISH on a batch topic carries batch-format exactly once, value v1",
-        ("pub", ["BATCH-FORMAT"]),
-    ),
-    Req(
-        "BATCH-3.1-2",
-        "3.1",
-        "MUST",
-        "Set batch-size to the correct positive integer count, as a UTF-8 string.",
-        "proxy: batch-size present once, a positive decimal integer, equal to the sub-messages in the payload",
-        ("pub", ["BATCH-SIZE", "BATCH-COUNT"]),
-    ),
-    Req(
-        "BATCH-3.1-3",
-        "3.1",
-        "MUST",
-        "Format the Batch Payload per §2.3 (VBI length prefixes).",
-        "proxy: the payload parses to its end as minimal VBI-prefixed sub-messages (independent parser)",
-        ("pub", ["BATCH-COUNT"]),
-    ),
-    Req(
-        "BATCH-3.1-4",
-        "3.1",
-        "MUST",
-        "The whole PUBLISH must not exceed the Maximum Packet Size from CONNACK.",
-        "proxy: exact size of every packet (Remaining Length bytes included) against CONNACK's Maximum Packet "
-        "Size; scenarios max_packet_size 600 (forces splitting) and 2000",
-        ("pub", ["MQTT-MAX-PACKET-SIZE"]),
-    ),
-    Req(
-        "BATCH-3.1-5",
-        "3.1",
-        "SHOULD",
-        "Implement and respect configurable upper limits for batch-size and payload bytes (§3.3).",
-        "proxy: every batch within the limits the publisher is configured with (the firmware: "
-        "flush.max_count 100, flush.max_bytes 2048; a command: --max-batch-size, --max-payload-bytes)",
-        ("pub", ["BATCH-LIMITS"]),
-    ),
-    Req(
-        "BATCH-3.1-6",
-        "3.1",
-        "SHOULD",
-        "Validate sub-payload sizes before sending.",
-        "not observable on the wire",
-        (
-            "none",
-            "a publisher that validates sends the same bytes as one that does not; the firmware encoder's "
-            "refusal of oversized records is tested in tests/mpy/mp_test_codec.py",
-        ),
-    ),
-    # 3.2 subscriber
-    Req(
-        "BATCH-3.2-1",
-        "3.2",
-        "MUST",
-        "Check presence and value of batch-format.",
-        "corpus: missing, duplicated, other-case key, v2, V1",
-        ("sub", ["missing-batch-format", "format-v2", "format-V1-uppercase", "key-case-differs"]),
-    ),
-    Req(
-        "BATCH-3.2-2",
-        "3.2",
-        "MUST",
-        "Check presence of batch-size and parse its integer value.",
-        "corpus: missing, zero, negative, non-numeric, +2, duplicated, 400 digits",
-        (
-            "sub",
-            [
-                "missing-batch-size",
-                "batch-size-zero",
-                "batch-size-negative",
-                "batch-size-not-a-number",
-                "batch-size-plus-sign",
-                "batch-size-twice",
-                "batch-size-huge-number",
-            ],
-        ),
-    ),
-    Req(
-        "BATCH-3.2-3",
-        "3.2",
-        "MUST",
-        "Parse the Batch Payload per §2.3, decoding VBI lengths.",
-        "corpus: the spec example, 1/2/3-byte VBIs, zero-length sub-messages, property order",
-        ("sub", ["ok"]),
-    ),
-    Req(
-        "BATCH-3.2-4",
-        "3.2",
-        "MUST",
-        "Perform the validation of §4 and §7.",
-        "corpus: all six error classes",
-        ("sub", list(_ALL_ERRORS)),
-    ),
-    Req(
-        "BATCH-3.2-5",
-        "3.2",
-        "MUST",
-        "Handle malformed batches per §4.",
-        "corpus: every malformed case discarded (or partial when enabled) with its reason",
-        ("sub", list(_ALL_ERRORS) + ["partial"]),
-    ),
-    Req(
-        "BATCH-3.2-6",
-        "3.2",
-        "SHOULD",
-        "Implement and respect configurable limits (§3.3).",
-        "corpus: limits configured below the defaults",
-        ("sub", ["over-configured-batch-size", "over-configured-payload"]),
-    ),
-    Req(
-        "BATCH-3.2-SPARK",
-        "3.2, 4",
-        "MUST",
-        "The Spark job (mqbatch.spark, spark_jobs/telemetry_job.py) as a "
-        "subscriber: §3.2, §3.3 and §4 on the same corpus.",
-        "the corpus as a real landing zone; the job's decode step per option group (JobOptions): batch_status, "
-        "batch-stage reason, sub_payload rows delivered, the quarantine row as the log (topic, batch properties, "
-        "reason); run_batch once: no records/ row from a discarded batch (mqbatch.conformance.spark_job)",
-        ("spark",),
-    ),
-    # 3.3
-    Req(
-        "BATCH-3.3-1",
-        "3.3",
-        "SHOULD",
-        "Publishers and subscribers implement configurable limits; defaults 100 sub-messages, 65536 bytes.",
-        "corpus: 100 accepted, 101 and 65537 bytes rejected at the defaults; proxy: "
-        "publisher batches within its limits",
-        ("sub", ["at-max-batch-size", "over-default-batch-size", "over-default-payload"]),
-    ),
-    Req(
-        "BATCH-3.3-2",
-        "3.3",
-        "MUST",
-        "Adjust the limits to system constraints, network and broker capabilities.",
-        "proxy: the publisher's batches follow the broker's Maximum Packet Size (split scenario)",
-        ("pub", ["MQTT-MAX-PACKET-SIZE"]),
-    ),
-    Req(
-        "BATCH-3.3-3",
-        "3.3",
-        "MUST",
-        "Subscribers reject batches over their limits and log e.g. BATCH_SIZE_LIMIT_EXCEEDED.",
-        "corpus: over-limit cases discarded with the limit reason, logged",
-        ("sub", ["limit"], _ALL_ASPECTS),
-    ),
-    # 4.1
-    *[
-        Req(f"BATCH-4.1-{i}", "4.1", "MUST", f"Detect error {i}: {t}.", f"corpus: class E{i}", ("sub", [f"E{i}"]))
-        for i, t in enumerate(
-            [
-                "missing/invalid properties",
-                "unsupported format",
-                "invalid VBI length",
-                "length exceeds payload boundary",
-                "incomplete payload data",
-                "count mismatch (fewer found or trailing data)",
-            ],
-            1,
-        )
-    ],
-    # 4.2
-    Req(
-        "BATCH-4.2-1",
-        "4.2",
-        "MUST",
-        "Errors 1-5: discard the entire batch and process no sub-message.",
-        "corpus: no sub-message delivered for any case of E1..E5",
-        ("sub", ["E1", "E2", "E3", "E4", "E5"]),
-    ),
-    Req(
-        "BATCH-4.2-2",
-        "4.2",
-        "MUST",
-        "Log an error with topic, properties and a specific reason code.",
-        "corpus: the log record of every rejected case names topic, both properties and the reason code",
-        ("sub", list(_ALL_ERRORS) + ["limit"], ("log",)),
-    ),
-    Req(
-        "BATCH-4.2-3",
-        "4.2",
-        "MUST (default)",
-        "Count mismatch by default: discard the batch and log an error.",
-        "corpus: fewer-found, trailing-data, empty payload discarded",
-        ("sub", ["E6"]),
-    ),
-    Req(
-        "BATCH-4.2-4",
-        "4.2",
-        "MAY / MUST",
-        "Optional partial processing of the sub-messages parsed before the "
-        "mismatch; if used, log a warning with processed vs expected and the reason.",
-        "corpus with partial enabled: only the leading sub-messages, a warning with processed, expected, reason; "
-        "errors 1-5 still discard",
-        ("sub", ["partial"], _ALL_ASPECTS),
-    ),
-    Req(
-        "BATCH-4.2-5",
-        "4.2",
-        "MUST",
-        "Logs include topic, client id if available, batch properties, error indicator.",
-        "corpus: every log record checked for all four",
-        ("sub", list(_ALL_ERRORS) + ["limit", "partial"], _LOG),
-    ),
-    # 5
-    Req(
-        "BATCH-5-1",
-        "5",
-        "MUST (broker)",
-        "RETAIN=1: the broker stores the whole PUBLISH (payload and all "
-        "properties) as the retained message; a zero-byte retained PUBLISH clears it.",
-        "broker check: a retained batch published with paho-mqtt reaches a later subscriber byte-identical with "
-        "both User Properties; after a zero-byte retained PUBLISH nothing is retained",
-        ("broker", "retain"),
-    ),
-    Req(
-        "BATCH-5-2",
-        "5",
-        "MUST",
-        "QoS 1/2 acknowledgements confirm the batch packet by its Packet Identifier.",
-        "proxy: ids non-zero, never reused while open, in-flight within Receive Maximum, resends only after a "
-        "resume (scenarios resume-dup, qos2-recovery, inflight-1/2/20)",
-        ("pub", ["MQTT-PID", "MQTT-PID-REUSE", "MQTT-RECEIVE-MAX", "MQTT-DUP", "MQTT-RESEND"]),
-    ),
-    Req(
-        "BATCH-5-3",
-        "5",
-        "MUST (application)",
-        "Applications needing all-or-nothing processing implement their own end-to-end acknowledgement.",
-        "an application design choice",
-        (
-            "none",
-            "mqbatch does not claim all-or-nothing processing: the device keeps a batch until the broker "
-            "acknowledges it; the recorder lands whole PUBLISHes (docs/ingest.md)",
-        ),
-    ),
-    Req(
-        "BATCH-5-4",
-        "5",
-        "MUST (broker)",
-        "Message Expiry Interval applies to the whole batch; the broker discards "
-        "it for undelivered subscribers after expiry and forwards the reduced interval.",
-        "broker check: a batch with expiry 1 s is not delivered to a persistent subscriber that returns after "
-        "2 s; one with expiry 60 s is delivered with an interval <= 60",
-        ("broker", "expiry"),
-    ),
-    # 7
-    Req("BATCH-7-1", "7", "MUST", "Clients publishing or subscribing are authenticated.", "-", ("none", _SECURITY)),
-    Req("BATCH-7-2", "7", "MUST", "ACLs limit each client to its topics (least privilege).", "-", ("none", _SECURITY)),
-    Req("BATCH-7-3", "7", "MUST", "TLS with client and server certificate validation.", "-", ("none", _SECURITY)),
-    Req(
-        "BATCH-7-4",
-        "7",
-        "MUST",
-        "Subscribers validate structure before processing; parsers fail safely.",
-        "corpus: hostile inputs (400-digit batch-size, 5-byte VBIs, garbage) each get a verdict, nothing delivered",
-        ("sub", list(_ALL_ERRORS)),
-    ),
-    Req(
-        "BATCH-7-5",
-        "7",
-        "SHOULD",
-        "Applications validate each SubPayload's content.",
-        "-",
-        (
-            "none",
-            "application-specific; mqbatch's records are validated by the Spark job (docs/spark.md, "
-            "tests/spark/test_spark_job.py), not by this harness",
-        ),
-    ),
-    Req(
-        "BATCH-7-6",
-        "7",
-        "MUST",
-        "Limits on batch-size and payload bytes enforced on publisher and subscriber.",
-        "proxy: publisher batches within limits; corpus: subscriber rejects over-limit batches",
-        ("pub+sub", ["BATCH-LIMITS"], ["limit"]),
-    ),
-    Req(
-        "BATCH-7-7",
-        "7",
-        "SHOULD (broker)",
-        "Brokers rate-limit connections and messages per client.",
-        "-",
-        (
-            "none",
-            "Mosquitto 2.0 has no per-client message rate limit; not a property of the publisher or "
-            "subscriber under test",
-        ),
-    ),
-    Req(
-        "BATCH-7-8",
-        "7",
-        "MAY",
-        "End-to-end payload encryption / HMAC.",
-        "-",
-        (
-            "none",
-            "optional (\"consider\"); mqbatch signs each batch with HMAC-SHA256 (User Property batch-hmac, "
-            "docs/format.md) and the Spark job verifies it (--hmac-keys); tested by tests/wire/test_integrity.py and "
-            "tests/spark/test_spark_hmac.py, not observable by this harness without the device keys",
-        ),
-    ),
-    # MQTT 5.0 rules for a publisher
-    Req(
-        "MQTT-FIXED-HEADER",
-        "MQTT 2.1",
-        "MUST",
-        "Well-formed fixed header: packet type, reserved flags, no QoS 3, no DUP on QoS 0.",
-        "proxy, every packet",
-        ("pub", ["MQTT-FIXED-HEADER"]),
-    ),
-    Req(
-        "MQTT-REMAINING-LENGTH",
-        "MQTT 2.1.4, 1.5.5",
-        "MUST",
-        "Remaining Length and every VBI minimally encoded, at most 4 bytes; the Remaining Length matches the packet.",
-        "proxy, every packet",
-        ("pub", ["MQTT-VBI", "MQTT-MALFORMED"]),
-    ),
-    Req(
-        "MQTT-UTF8",
-        "MQTT 1.5.4",
-        "MUST",
-        "UTF-8 strings valid, without U+0000.",
-        "proxy, every string field",
-        ("pub", ["MQTT-UTF8"]),
-    ),
-    Req(
-        "MQTT-PROPERTIES",
-        "MQTT 2.2.2",
-        "MUST",
-        "Only the properties allowed for the packet type; single-valued properties at most once.",
-        "proxy, every property",
-        ("pub", ["MQTT-PROP-ALLOWED", "MQTT-PROP-REPEAT"]),
-    ),
-    Req(
-        "MQTT-PACKET-ID",
-        "MQTT 2.2.1",
-        "MUST",
-        "Packet Identifier non-zero, present only at QoS > 0, not reused while unacknowledged.",
-        "proxy",
-        ("pub", ["MQTT-PID", "MQTT-PID-REUSE"]),
-    ),
-    Req(
-        "MQTT-MAX-PACKET-SIZE",
-        "MQTT 3.2.2.3.6",
-        "MUST",
-        "No packet above the server's Maximum Packet Size.",
-        "proxy, exact size",
-        ("pub", ["MQTT-MAX-PACKET-SIZE"]),
-    ),
-    Req(
-        "MQTT-TOPIC-ALIAS",
-        "MQTT 3.3.2.3.4",
-        "MUST",
-        "Topic Alias never 0, never above the server's Topic Alias "
-        "Maximum (0: none), never used before defined on this connection.",
-        "proxy; scenarios max_topic_alias 0, 2, 10",
-        ("pub", ["MQTT-TOPIC-ALIAS"]),
-    ),
-    Req(
-        "MQTT-RECEIVE-MAX",
-        "MQTT 4.9",
-        "MUST",
-        "Unacknowledged QoS 1/2 PUBLISHes never above the server's Receive Maximum.",
-        "proxy; scenarios max_inflight_messages 1, 2, 20 after 1.5 s offline",
-        ("pub", ["MQTT-RECEIVE-MAX"]),
-    ),
-    Req(
-        "MQTT-DUP",
-        "MQTT 3.3.1.1, 4.4",
-        "MUST",
-        "DUP=1 only on the resend of a message left unacknowledged, after a "
-        "Session Present resume; open messages and PUBRELs are resent.",
-        "proxy; scenarios resume-dup, qos2-recovery",
-        ("pub", ["MQTT-DUP", "MQTT-RESEND"]),
-    ),
-    Req(
-        "MQTT-MAX-QOS",
-        "MQTT 3.2.2.3.4",
-        "MUST",
-        "No PUBLISH above the server's Maximum QoS.",
-        "proxy; scenarios max_qos 0 and 1",
-        ("pub", ["MQTT-MAX-QOS"]),
-    ),
-    Req(
-        "MQTT-RETAIN",
-        "MQTT 3.2.2.3.5",
-        "MUST",
-        "No RETAIN=1 when the server has Retain Available 0.",
-        "proxy; scenario retain_available false",
-        ("pub", ["MQTT-RETAIN"]),
-    ),
-    Req(
-        "MQTT-AFTER-DISCONNECT",
-        "MQTT 3.14.4",
-        "MUST",
-        "Nothing sent after the client's DISCONNECT.",
-        "proxy",
-        ("pub", ["MQTT-AFTER-DISCONNECT"]),
-    ),
-]
-
-# rule -> the name the session checker counts as "exercised" (conformance_session.Checker.applied)
+# rule -> the name the session checker counts as "exercised" (session.Checker.applied)
 _APPLIED = {
     "BATCH-FORMAT": "BATCH",
     "BATCH-SIZE": "BATCH",
     "BATCH-COUNT": "BATCH",
-    "BATCH-LIMITS": "BATCH",
+    "BATCH-PAYLOAD": "BATCH",
+    "BATCH-LIMITS": "BATCH-LIMITS-REACHED",  # a batch exactly on a limit: one more would have failed
+    "MQTT-VERSION": "MQTT-PACKET",
+    "MQTT-REASON-CODE": "MQTT-PACKET",
+    "HARNESS-ERROR": "MQTT-PACKET",
+    "HARNESS-LIMIT": "MQTT-PACKET",
     "MQTT-FIXED-HEADER": "MQTT-PACKET",
     "MQTT-VBI": "MQTT-PACKET",
     "MQTT-MALFORMED": "MQTT-PACKET",
@@ -482,6 +56,16 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         n = sum(sc["applied"].get(f"c2s {a}", 0) for a in {_APPLIED.get(r, r) for r in rules})
         if n:
             used.append(f"{sc['scenario']} ({n})")
+    if "MQTT-MAX-PACKET-SIZE" in rules and used:  # how close it came: only an exact fill can show +1
+        closest = [
+            f"{sc['scenario']}: largest PUBLISH {sc['max_publish']} of {sc['max_packet_size']} B"
+            if not sc.get("probe_limits")
+            else f"{sc['scenario']}: {len(sc['probe_limits'])} connections told {sc['probe_limits'][:8]}, "
+            f"{sc['probe_exact']} PUBLISHes exactly on the limit told"
+            for sc in pub["scenarios"]
+            if sc.get("max_packet_size")
+        ]
+        used += [f"[{'; '.join(closest)}]"] if closest else []
     if bad:
         return FAIL, "\n".join(bad)
     if not used:
@@ -492,6 +76,31 @@ def _pub_verdict(rules: list[str], pub: dict | None) -> tuple[str, str]:
         ]
         return NOT_TESTED, "no scenario of this run exercised it" + ("".join(f"\n{x}" for x in idle))
     return PASS, "0 violations; checked in " + ", ".join(used) + " (packets, or sessions under the limit)"
+
+
+def _delivery_verdict(pub: dict | None) -> tuple[str, str]:
+    if not pub:
+        return NOT_TESTED, "publisher suite not run"
+    bad, good = [], []
+    for sc in pub["scenarios"]:
+        d = sc["delivery"]
+        line = (
+            f"{sc['scenario']}: exit {d['exit']}, stored {d['stored'] if d['stored'] is not None else 'not reported'}"
+            f", {d['distinct']} distinct records delivered"
+        )
+        if d["ok"]:
+            good.append(line)
+        else:
+            known = (
+                f" (known: {sc['firmware_fails']})"
+                if sc.get("firmware_fails") and "firmware" in pub["publisher"]
+                else ""
+            )
+            tail = " / ".join(sc["publisher"].get("log_tail", [])[-2:])
+            bad.append(f"{line}: {d['why']}{known}; last log: {tail[:300]}")
+    if bad:
+        return FAIL, "\n".join(bad + [f"{len(good)} other scenarios delivered"])
+    return PASS, "\n".join(good)
 
 
 def _sub_verdict(sel: list[str], sub: list | None, aspects=_VERDICT) -> tuple[str, str]:
@@ -551,6 +160,8 @@ def verdicts(pub: dict | None, sub: list | None, broker: dict | None, spark: dic
         kind = r.check[0]
         if kind == "spark":
             v, ev = _spark_verdict(spark)
+        elif kind == "delivery":
+            v, ev = _delivery_verdict(pub)
         elif kind == "pub":
             v, ev = _pub_verdict(r.check[1], pub)
         elif kind == "sub":
@@ -571,6 +182,8 @@ def verdicts(pub: dict | None, sub: list | None, broker: dict | None, spark: dic
         rows.append(
             {
                 "id": r.id,
+                "statements": list(r.statements),
+                "same_as": r.same_as,
                 "section": r.section,
                 "level": r.level,
                 "text": r.text,
@@ -632,10 +245,15 @@ def markdown(report: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        sec = r["section"] + "".join(f"<br>[{x}]" for x in r.get("statements", []))
+        how = r["how"] + (f" (the check of {r['same_as']})" if r.get("same_as") not in ("", None, "summary") else "")
         out.append(
-            f"| {r['id']} | {r['section']} | {r['level']} | {_cell(r['text'])} | {_cell(r['how'])} | "
+            f"| {r['id']} | {sec} | {r['level']} | {_cell(r['text'])} | {_cell(how)} | "
             f"**{r['verdict']}** | {_cell(r['evidence'][:1200])} |"
         )
+    out += _coverage_section()
+    if report.get("selftest"):
+        out += selftest_section(report["selftest"])
     pub = report.get("publisher_run")
     if pub:
         out += [
@@ -716,6 +334,47 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _coverage_section() -> list[str]:
+    from mqbatch.conformance.statements import coverage
+
+    cov = coverage(REQUIREMENTS)
+    n = sum(1 for c in cov if c[2] != "-")
+    out = [
+        "",
+        "## MQTT 5.0 normative statements for a client (CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, "
+        "PUBCOMP, PINGREQ, DISCONNECT, operational behaviour)",
+        "",
+        f"{n} of {len(cov)} statements listed here are checked by a row; the others say why not.",
+        "",
+        "| statement | what | checked by | why not |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| {sid} | {_cell(what)} | {by} | {_cell(why)} |" for sid, what, by, why in cov]
+    return out
+
+
+def selftest_section(st: dict) -> list[str]:
+    """The self-test's table (mqbatch.conformance.selftest)."""
+    out = [
+        "",
+        "## Self-test: the harness against its own faulty publishers",
+        "",
+        f"- command: `{st['command']}`",
+        f"- kill rate: **{st['killed']} of {st['faulty']} faulty publishers failed on their own row and only "
+        f"where a rule is broken ({st['rate']:.0%})**; the clean publisher passed everywhere: "
+        f"{'yes' if st['clean_ok'] else 'NO'}",
+        "",
+        "| publisher | breaks | scenarios | expected FAIL | FAIL rows | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in st["mutants"]:
+        out.append(
+            f"| {m['name']} | {_cell(m['what'])} | {', '.join(m['scenarios'])} | {m['row']} | "
+            f"{', '.join(m['failed']) or '-'} | {'killed' if m['killed'] else 'SURVIVED: ' + _cell(m['why'])} |"
+        )
+    return out
+
+
 HOW = """## How the harness works
 
 - `mqbatch conformance publisher [--cmd ...] [--full]`, `mqbatch conformance subscriber [--cmd ...]`,
@@ -746,6 +405,27 @@ HOW = """## How the harness works
   The corpus sub-messages are real mqbatch records, so a leak would land. The publisher's client id is
   "not applicable" for the job (MQTT 5 does not forward it to subscribers), reported with that reason.
   `make test` runs it in `tests/conformance/test_conformance_spark.py` with the shared test session.
+- Acknowledgements withheld (scenarios with `hold_acks`): the proxy keeps PUBACK/PUBREC/PUBCOMP from the
+  client until its unacknowledged PUBLISHes reach the server's Receive Maximum and 0.4 s more have passed
+  (or 1 s at most), so a client that ignores Receive Maximum sends one too many, every time.
+- Limits landed on exactly: scenarios limits-10-2048 and limits-100-400 give the publisher batch limits it fills
+  with a backlog (row BATCH-3.1-5 PASSes only if some batch sat exactly on a limit); max-packet-120/128/200/600
+  go down to the smallest packet that holds one record plus headers; max-packet-probe rewrites each
+  CONNACK's Maximum Packet Size (same 4 bytes) to P - 1, then P, for P the most frequent full batch
+  size seen, and cuts the connection once a full batch is acknowledged and nothing is open, so a
+  publisher whose budget is a byte too large builds P again, 1 byte over (mqbatch.conformance.probe).
+- Delivery (row PUBLISHER-DELIVERS): a publisher that crashes, exits non-zero, is still running after
+  60 s, or whose stored records do not all reach the witness subscriber FAILs, and the exit status is 1.
+- The proxy cannot be knocked over: any byte stream either side sends is parsed to its end or named
+  (unknown property identifier, MQTT 3.1.1 CONNECT, truncated packet, a length above the Maximum Packet
+  Size) and relayed; a checker exception is row HARNESS's FAIL, never the end of the forwarding thread.
+  Fuzzed: `python -m mqbatch.conformance.fuzz 1000000 7` (long run), 20,000 streams in `make test`
+  (`tests/conformance/test_proxy_robust.py`).
+- Self-test: `mqbatch conformance self-test [--full]` runs faulty publishers (raw-socket ones,
+  `mqbatch.lab.rawpub`, and mutations of a temporary copy of the firmware) and a clean one through the
+  harness; each must FAIL on its own row and nowhere a rule is not broken (section above; add it to
+  this page with `--self-test FILE`, the JSON of `mqbatch conformance self-test --full --json FILE`).
+  `make test` runs the short set (`tests/conformance/test_selftest.py`, about 80 s).
 - The device's packet parsers are also fuzzed inside the Unix port (`tests/conformance/test_conformance_fuzz.py`, 50,000
   inputs in `make test`; long run: `MICROPYPATH=firmware:tests/mpy .venv/bin/micropython
   tests/mpy/fuzz_packet.py 5000000 7`), figures in docs/mqtt-client.md.

@@ -10,7 +10,10 @@ in either cannot hide behind the same bug here. Used by the inspecting proxy
     pkt.violations            # [(rule id, text)], empty if the packet is well formed
 
 Rule ids (docs/conformance.md): MQTT-FIXED-HEADER, MQTT-VBI, MQTT-MALFORMED,
-MQTT-UTF8, MQTT-PROP-ALLOWED, MQTT-PROP-REPEAT, MQTT-PID.
+MQTT-UTF8, MQTT-PROP-ALLOWED, MQTT-PROP-REPEAT, MQTT-PID, MQTT-VERSION (a CONNECT that
+is not MQTT 5, e.g. MQTT 3.1.1), MQTT-REASON-CODE (a reason code the packet type does not
+define). `pkt.complete` is False when parsing stopped early (fields may be missing): any
+byte string parses to a Packet with its violations, never an exception.
 """
 
 from __future__ import annotations
@@ -144,6 +147,7 @@ class Packet:
     props: dict = dataclasses.field(default_factory=dict)  # id -> value (last one for MULTI ids)
     user_props: list = dataclasses.field(default_factory=list)  # [(key, value)]
     violations: list = dataclasses.field(default_factory=list)  # [(rule, text)]
+    complete: bool = False  # parsed to its end (every field present)
 
     @property
     def name(self) -> str:
@@ -271,6 +275,7 @@ def parse(raw: bytes) -> Packet:
                 ("MQTT-FIXED-HEADER", f"{pkt.name} with flags 0x{pkt.flags:x} (must be 0x{FIXED_FLAGS[pkt.type]:x})")
             )
         _BODY[pkt.type](pkt, _Reader(pkt, b, p, len(b)))
+        pkt.complete = True
     except Malformed as e:
         pkt.violations.append((e.rule, e.text))
     return pkt
@@ -281,7 +286,10 @@ def _connect(pkt, r):
     name = r.string("Protocol Name")
     level = r.u8("Protocol Version")
     if name != "MQTT" or level != 5:
-        raise Malformed("MQTT-MALFORMED", f"protocol {name!r} level {level}, not MQTT 5")
+        known = {("MQIsdp", 3): "MQTT 3.1", ("MQTT", 4): "MQTT 3.1.1"}.get((name, level), "unknown protocol")
+        raise Malformed(
+            "MQTT-VERSION", f"CONNECT with protocol name {name!r} level {level} ({known}): not MQTT 5 [MQTT-3.1.2-2]"
+        )
     flags = r.u8("Connect Flags")
     if flags & 1:
         pkt.violations.append(("MQTT-FIXED-HEADER", "CONNECT reserved flag bit 0 set"))
@@ -336,12 +344,36 @@ def _publish(pkt, r):
     f["payload"] = r.take(r.left(), "payload")
 
 
+# MQTT 5.0 §3.4.2.1, 3.5.2.1, 3.6.2.1, 3.7.2.1, 3.14.2.1, 3.15.2.1: the Reason Codes each packet may carry
+_PUB_ACK_CODES = {0x00, 0x10, 0x80, 0x83, 0x87, 0x90, 0x91, 0x97, 0x99}
+REASON_CODES = {
+    PUBACK: (_PUB_ACK_CODES, "[MQTT-3.4.2-1]"),
+    PUBREC: (_PUB_ACK_CODES, "[MQTT-3.5.2-1]"),
+    PUBREL: ({0x00, 0x92}, "[MQTT-3.6.2-1]"),
+    PUBCOMP: ({0x00, 0x92}, "[MQTT-3.7.2-1]"),
+    DISCONNECT: (
+        {0x00, 0x04, 0x80, 0x81, 0x82, 0x83, 0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x90, 0x93, 0x94, 0x95, 0x96}
+        | {0x97, 0x98, 0x99, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2},
+        "[MQTT-3.14.2-1]",
+    ),
+    AUTH: ({0x00, 0x18, 0x19}, "[MQTT-3.15.2-1]"),
+}
+
+
+def _reason(pkt, r):
+    code = r.u8("Reason Code") if r.left() else 0
+    codes, sid = REASON_CODES[pkt.type]
+    if code not in codes:
+        pkt.violations.append(("MQTT-REASON-CODE", f"{pkt.name} Reason Code 0x{code:02x} is not defined for it {sid}"))
+    return code
+
+
 def _ack(pkt, r):
     f = pkt.fields
     f["pid"] = r.u16("Packet Identifier")
     if f["pid"] == 0:
         pkt.violations.append(("MQTT-PID", f"{pkt.name} with Packet Identifier 0"))
-    f["reason"] = r.u8("Reason Code") if r.left() else 0
+    f["reason"] = _reason(pkt, r)
     if r.left():
         pkt.props, pkt.user_props = r.properties(pkt.type, pkt.name)
     _end(pkt, r)
@@ -385,7 +417,7 @@ def _empty(pkt, r):
 
 
 def _reason_props(pkt, r):
-    pkt.fields["reason"] = r.u8("Reason Code") if r.left() else 0
+    pkt.fields["reason"] = _reason(pkt, r)
     if r.left():
         pkt.props, pkt.user_props = r.properties(pkt.type, pkt.name)
     _end(pkt, r)

@@ -33,83 +33,32 @@ packets into more segments.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
 
-from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse
+from mqbatch.conformance.netcount import TlsRecords, tcp_segments
+from mqbatch.conformance.packets import NAMES, Malformed, packet_len, parse, read_vbi
+from mqbatch.conformance.probe import MaxPacketProbe
+from mqbatch.conformance.relay import _ACKS, HOLD_GRACE_S, HOLD_MAX_S, Record, _Conn, release_loop
 from mqbatch.conformance.session import C2S, S2C, Checker, Violation
 from mqbatch.lab.broker import free_port
 
+__all__ = ["Proxy", "Record", "TlsRecords", "tcp_segments"]
+
 _RST = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # SO_LINGER on, 0 s: close() sends RST
 DRAIN_S = 2.0  # after the broker closes, how long the client's already sent bytes are still read
+MAX_FRAME = 64 << 20  # the largest packet the proxy buffers to parse (beyond it: relayed unparsed)
 
 
-@dataclasses.dataclass
-class Record:
-    t: float  # time.monotonic() when the whole packet had arrived
-    conn: int
-    direction: str  # "c2s" | "s2c"
-    raw: bytes
-    fault: str | None = None  # "drop" / "mid": the peer never got it (whole); "after": cut after it
-
-    @property
-    def name(self) -> str:
-        return NAMES.get(self.raw[0] >> 4, "?") if self.raw else "?"
-
-    def summary(self) -> str:
-        return parse(self.raw).summary() + (f" [fault: {self.fault}]" if self.fault else "")
-
-
-class _Conn:
-    def __init__(self, number: int, client: socket.socket, upstream: socket.socket, check):
-        self.number = number
-        self.socks = (client, upstream)
-        self.check = check  # conformance_session.Connection, or None (opaque: TLS)
-        self.tls = False
-        self.tls_framing = {C2S: TlsRecords(), S2C: TlsRecords()}
-        self.segments_counted = False
-        self.broker_gone = False  # forwarding to the broker failed: the client's bytes are only checked
-        self.client_done = threading.Event()  # the client -> broker pump has ended
-
-
-class TlsRecords:
-    """Counts TLS records in one direction of a stream from their 5-byte headers
-    (content type, version, 16-bit length), across any split of the bytes."""
-
-    def __init__(self):
-        self.records = 0
-        self._head = b""
-        self._skip = 0  # bytes left in the current record's body
-
-    def feed(self, data: bytes) -> None:
-        i = 0
-        while i < len(data):
-            if self._skip:
-                take = min(self._skip, len(data) - i)
-                self._skip -= take
-                i += take
-                continue
-            need = 5 - len(self._head)
-            self._head += data[i : i + need]
-            i += need
-            if len(self._head) == 5:
-                self.records += 1
-                self._skip = self._head[3] << 8 | self._head[4]
-                self._head = b""
-
-
-def tcp_segments(sock: socket.socket) -> tuple[int, int] | None:
-    """(segments in, segments out) of a TCP socket from Linux TCP_INFO (tcpi_segs_out at
-    byte 136, tcpi_segs_in at 140), or None where the kernel does not report them."""
+def _clean_start(raw: bytes) -> bytes:
+    """The CONNECT with its Clean Start flag set (the flags byte follows the protocol name and level)."""
     try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    except (OSError, AttributeError):
-        return None
-    if len(info) < 144:
-        return None
-    return int.from_bytes(info[140:144], "little"), int.from_bytes(info[136:140], "little")
+        _, p = read_vbi(raw, 1)
+    except Malformed:
+        return raw
+    i = p + 2 + int.from_bytes(raw[p : p + 2], "big") + 1
+    return raw[:i] + bytes([raw[i] | 0x02]) + raw[i + 1 :] if i < len(raw) else raw
 
 
 class Proxy:
@@ -125,6 +74,10 @@ class Proxy:
         max_batch_size: int = 100,
         max_payload_bytes: int = 65536,
         max_records: int = 200_000,
+        hold_acks: bool = False,
+        hold_s: float | None = None,
+        max_packet_probe: bool = False,
+        lose_sessions: bool = False,
     ):
         self.target = (target_host, target_port)
         self.host = host
@@ -149,11 +102,23 @@ class Proxy:
         self._pumps: list[threading.Thread] = []
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._releaser: threading.Thread | None = None
+        self._stopped = threading.Event()
         self._refuse = False
         self._flowing = threading.Event()
         self._flowing.set()
         self._delay = 0.0
         self._faults: list[list] = []  # [direction, packet name, action]
+        self.hold_acks = hold_acks
+        self.probe = MaxPacketProbe() if max_packet_probe else None  # mqbatch.conformance.probe
+        # every reconnect's CONNECT gets Clean Start 1 on its way to the broker: the client asked to
+        # resume, the server answers Session Present 0, and the client must drop its session state
+        self.lose_sessions = lose_sessions
+        # with hold_s, each acknowledgement is held that long whatever the quota (a client at its
+        # Receive Maximum must still send PINGREQ within its Keep Alive)
+        self.hold_grace_s = hold_s if hold_s is not None else HOLD_GRACE_S
+        self.hold_max_s = hold_s if hold_s is not None else HOLD_MAX_S
+        self.harness_errors = 0
 
     @property
     def violations(self):
@@ -170,6 +135,9 @@ class Proxy:
         self._listener = ls
         self._thread = threading.Thread(target=self._accept_loop, args=(ls,), name="proxy-accept", daemon=True)
         self._thread.start()
+        if self.hold_acks and self._releaser is None:
+            self._releaser = threading.Thread(target=self._release_loop, name="proxy-acks", daemon=True)
+            self._releaser.start()
         return self
 
     def cut(self) -> None:
@@ -184,6 +152,7 @@ class Proxy:
             self.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._close_listener()
         if self._thread is not None:
             self._thread.join(5)
@@ -293,6 +262,7 @@ class Proxy:
     @staticmethod
     def _reset(c: _Conn) -> None:
         """RST both ends. shutdown() wakes the pumps blocked in recv() (close() alone does not)."""
+        c.reset = True
         for s in c.socks:
             try:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
@@ -339,6 +309,9 @@ class Proxy:
             while True:
                 data = src.recv(65536)
                 if not data:
+                    if direction == C2S and not c.reset:
+                        c.client_eof = True
+                    self._truncated(c, direction, buf)
                     break
                 with self._lock:
                     if direction == C2S:
@@ -359,48 +332,101 @@ class Proxy:
                     continue
                 buf += data
                 while buf:
-                    try:
-                        n = packet_len(buf)
-                    except Malformed as e:  # not MQTT any more: record it, relay the rest as is
-                        self._note_unframed(c, direction, buf, e.text)
-                        self._forward(dst, buf)
+                    why = self._unframed(c, direction, buf)
+                    if why is not None:  # not MQTT any more: record it, relay the rest as is
+                        rule, text = why
+                        self._note(c, direction, rule, buf, text)
+                        self._send(c, direction, dst, buf)
                         buf = b""
                         c.check = None
                         break
+                    n = packet_len(buf)
                     if n is None or len(buf) < n:
                         break
                     raw, buf = buf[:n], buf[n:]
                     if not self._packet(c, direction, raw, dst):
                         return
-        except OSError:
-            pass  # either side went away (or cut() reset it): end this direction
+                    if c.check is not None and c.check.foreign:  # not MQTT 5: named once, then relayed
+                        with self._lock:
+                            self._conns.pop(c.number, None)
+                        c.check = None
+                        self._send(c, direction, dst, buf)
+                        buf = b""
+                        break
+        except OSError:  # either side went away (or cut() reset it): end this direction
+            self._truncated(c, direction, buf)
         finally:
-            if direction == C2S:
-                c.client_done.set()
-            else:
-                # the broker closed: the client sees it (half-close), and what the client had already
-                # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
-                try:
-                    dst.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass  # the client is gone already
-                c.client_done.wait(DRAIN_S)
-            with self._lock:  # the first pump to end counts, before either closes the sockets
-                if not c.segments_counted:
-                    c.segments_counted = True
-                    segs = tcp_segments(c.socks[0])
-                    if segs is not None:
-                        self.tcp_segments[C2S] += segs[0]
-                        self.tcp_segments[S2C] += segs[1]
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already closed
-                s.close()
-            with self._lock:
-                if c.check is not None and self._conns.pop(c.number, None) is not None:
-                    c.check.close()
+            self._pump_end(c, direction, src, dst)
+
+    def _truncated(self, c: _Conn, direction: str, buf: bytes) -> None:
+        """A stream its sender ended (closed or reset, not the proxy) inside a packet."""
+        if buf and c.check is not None and not c.tls and not c.reset:
+            self._note(
+                c,
+                direction,
+                "MQTT-MALFORMED",
+                buf,
+                f"the stream ended inside a packet ({len(buf)} bytes of it arrived)",
+            )
+
+    def _unframed(self, c: _Conn, direction: str, buf: bytes) -> tuple[str, str] | None:
+        """Why the stream cannot be framed from here (rule, text), or None."""
+        try:
+            n = packet_len(buf)
+        except Malformed as e:
+            return e.rule, f"stream no longer framed: {e.text}"
+        if n is None:
+            return None
+        limit = c.check.side[direction].max_packet if c.check is not None else MAX_FRAME
+        if n > MAX_FRAME and n > limit:  # too large to buffer: named from its header alone
+            return "MQTT-MAX-PACKET-SIZE", (
+                f"a packet header declaring {n} bytes > the receiver's Maximum Packet Size {limit} "
+                "[MQTT-3.2.2-15]; the rest of the stream is relayed unparsed"
+            )
+        if n > MAX_FRAME:
+            return "HARNESS-LIMIT", f"a packet of {n} bytes: above the {MAX_FRAME} bytes the proxy buffers"
+        return None
+
+    def _pump_end(self, c: _Conn, direction: str, src, dst) -> None:
+        if direction == C2S:
+            c.client_done.set()
+        else:
+            # the broker closed: the client sees it (half-close), and what the client had already
+            # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the client is gone already
+            c.client_done.wait(DRAIN_S)
+        with self._lock:  # the first pump to end counts, before either closes the sockets
+            if not c.segments_counted:
+                c.segments_counted = True
+                segs = tcp_segments(c.socks[0])
+                if segs is not None:
+                    self.tcp_segments[C2S] += segs[0]
+                    self.tcp_segments[S2C] += segs[1]
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+            s.close()
+        with self._lock:
+            if c.check is not None and self._conns.pop(c.number, None) is not None:
+                self._close_check(c)
+
+    def _close_check(self, c: _Conn) -> None:
+        """The session checker's end of connection (under self._lock); never raises."""
+        try:
+            c.check.close(time.monotonic(), by_client=c.client_eof)
+        except Exception as e:  # noqa: BLE001 - a checker bug must not end the relay; it is reported
+            self._harness_error(c, "close", e)
+
+    def _harness_error(self, c: _Conn, where: str, e: Exception) -> None:
+        self.harness_errors += 1
+        self.checker.violations.append(
+            Violation("HARNESS-ERROR", c.number, C2S, -1, where, f"the checker failed: {type(e).__name__}: {e}")
+        )
 
     def _send(self, c: _Conn, direction: str, dst: socket.socket, data: bytes) -> None:
         """_forward; once the broker's side fails, the client's further bytes are only read
@@ -408,7 +434,11 @@ class Proxy:
         if direction == C2S and c.broker_gone:
             return
         try:
-            self._forward(dst, data)
+            if direction == S2C:
+                with c.send_lock:
+                    self._forward(dst, data)
+            else:
+                self._forward(dst, data)
         except OSError:
             if direction != C2S:
                 raise
@@ -424,6 +454,11 @@ class Proxy:
         """Record, check and forward one whole packet; False if a fault ended the connection."""
         now = time.monotonic()
         with self._lock:
+            probe_cut = False
+            if self.probe is not None:
+                raw, probe_cut = self.probe.packet(c.number, direction, raw)
+            if self.lose_sessions and c.number > 0 and direction == C2S and raw[:1] == b"\x10":
+                raw = _clean_start(raw)
             rec = Record(now, c.number, direction, raw)
             if len(self.records) < self.max_records:
                 self.records.append(rec)
@@ -442,26 +477,57 @@ class Proxy:
             # a dropped or torn acknowledgement never reached the sender of the message: its state
             # stays open (a resend with DUP is then right); any other packet was sent, so the
             # sender's state counts it even if the peer never got it whole
-            if action in (None, "after") or rec.name not in ("PUBACK", "PUBREC", "PUBCOMP"):
-                c.check.feed(direction, raw)
+            hold = self.hold_acks and action is None and direction == S2C and rec.name in _ACKS
+            if hold:  # recorded and checked when released (what the client sees, when it sees it)
+                if self.records and self.records[-1] is rec:
+                    self.records.pop()
+                if not c.held:
+                    c.held_since = now
+                c.held.append(raw)
+            elif action in (None, "after") or rec.name not in _ACKS:
+                self._feed(c, direction, raw, now)
+            if probe_cut and action is None and not hold and c.check is not None and not c.check.side[C2S].inflight:
+                # nothing left open: close after this acknowledgement (FIN, not RST: the client reads it
+                # first); the next CONNACK tells the next limit
+                action = rec.fault = "close"
+        if hold:
+            return True
         if action is None:
             self._send(c, direction, dst, raw)
             return True
         if action == "mid":
             self._forward(dst, raw[: max(1, len(raw) // 2)])
-        elif action == "after":
+        elif action in ("after", "close"):
             self._forward(dst, raw)
         self.cuts += 1
         with self._lock:
-            self._conns.pop(c.number, None)
-            c.check.close()
-        self._reset(c)
+            if self._conns.pop(c.number, None) is not None:
+                self._close_check(c)
+        if action == "close":  # an orderly close: what was forwarded is read before the end of stream
+            c.reset = True
+            for sock in c.socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed by its peer
+                sock.close()
+        else:
+            self._reset(c)
         return False
 
-    def _note_unframed(self, c: _Conn, direction: str, buf: bytes, why: str) -> None:
+    def _feed(self, c: _Conn, direction: str, raw: bytes, now: float) -> None:
+        """The session checker on one packet (under self._lock); a checker bug is reported, the
+        relay goes on."""
+        try:
+            c.check.feed(direction, raw, now)
+        except Exception as e:  # noqa: BLE001 - see _harness_error
+            self._harness_error(c, parse(raw).summary(), e)
+
+    def _release_loop(self) -> None:
+        release_loop(self)
+
+    def _note(self, c: _Conn, direction: str, rule: str, buf: bytes, why: str) -> None:
         with self._lock:
             self.checker.violations.append(
-                Violation(
-                    "MQTT-VBI", c.number, direction, c.check.index, buf[:8].hex(), f"stream no longer framed: {why}"
-                )
+                Violation(rule, c.number, direction, c.check.index if c.check else -1, buf[:8].hex(), why)
             )

@@ -15,6 +15,12 @@ to MQBATCH_TOPIC for about MQBATCH_DURATION_S seconds, then DISCONNECT and exit:
     MQBATCH_QOS                  QoS to ask for (0, 1, 2)
     MQBATCH_DURATION_S           how long to keep publishing
     MQBATCH_SESSION_EXPIRY_S     session expiry to use (resume scenarios need > 0)
+    MQBATCH_MAX_COUNT, MQBATCH_MAX_BYTES   the batch limits to use (sub-messages, payload bytes)
+    MQBATCH_KEEPALIVE_S          the Keep Alive to ask for in CONNECT
+
+It may print `MQBATCH-STORED <n>` (its last such line counts): the records it took
+responsibility for; each must reach the witness subscriber (row PUBLISHER-DELIVERS). It must
+exit 0 when it delivered what it stored.
 
 `{host}`, `{port}`, `{topic}`, `{client_id}`, `{qos}`, `{duration}` in the arguments
 are replaced too. mqbatch.conformance.paho is such a publisher (paho-mqtt).
@@ -32,76 +38,14 @@ import threading
 import time
 
 from mqbatch.conformance.packets import parse
+from mqbatch.conformance.plan import SCENARIOS, Scenario
 from mqbatch.conformance.proxy import Proxy
 from mqbatch.lab.broker import Mosquitto, free_port
 
+__all__ = ["SCENARIOS", "Scenario", "run_publisher"]
+
 BATCH_TOPICS = ["mqbatch/+/telemetry"]
 
-
-@dataclasses.dataclass
-class Scenario:
-    name: str
-    what: str  # one line: what it exercises
-    broker: dict = dataclasses.field(default_factory=dict)  # mqbatch.lab.broker.Mosquitto options
-    qos: int = 1
-    faults: list = dataclasses.field(default_factory=list)  # [(seconds after start, action, args)]
-    hold_connects_s: float = 0.0  # refuse connects this long first (batches pile up in the outbox)
-    ci: bool = False  # part of the short matrix of `make test`
-
-
-SCENARIOS = [
-    Scenario("default", "Mosquitto defaults, QoS 1", ci=True),
-    Scenario(
-        "max-packet-600-split",
-        "max_packet_size 600 learnt after 3 s offline: stored batches are split",
-        {"max_packet_size": 600},
-        hold_connects_s=3.0,
-        ci=True,
-    ),
-    Scenario("max-packet-2000", "max_packet_size 2000", {"max_packet_size": 2000}),
-    Scenario("alias-0", "max_topic_alias 0: no Topic Alias may be used", {"max_topic_alias": 0}),
-    Scenario("alias-2", "max_topic_alias 2", {"max_topic_alias": 2}, ci=True),
-    Scenario("alias-10", "max_topic_alias 10", {"max_topic_alias": 10}),
-    Scenario(
-        "inflight-1",
-        "max_inflight_messages 1 (Receive Maximum 1)",
-        {"max_inflight_messages": 1},
-        hold_connects_s=1.5,
-        ci=True,
-    ),
-    Scenario("inflight-2", "max_inflight_messages 2", {"max_inflight_messages": 2}, hold_connects_s=1.5),
-    Scenario("inflight-20", "max_inflight_messages 20", {"max_inflight_messages": 20}, hold_connects_s=1.5),
-    Scenario("max-qos-0", "max_qos 0, publisher asked for QoS 1: nothing above QoS 0 may be sent", {"max_qos": 0}),
-    Scenario("max-qos-1", "max_qos 1, publisher asked for QoS 2", {"max_qos": 1}, qos=2),
-    Scenario("retain-unavailable", "retain_available false", {"retain_available": False}),
-    Scenario(
-        "resume-dup",
-        "PUBACK lost with the link twice: session resumed, DUP resends",
-        faults=[(1.5, "fault", ("s2c", "PUBACK", "drop")), (3.0, "fault", ("s2c", "PUBACK", "drop"))],
-        ci=True,
-    ),
-    Scenario(
-        "qos2-recovery",
-        "QoS 2: PUBREC then PUBCOMP lost with the link: DUP PUBLISH, then PUBREL resent",
-        qos=2,
-        faults=[(1.5, "fault", ("s2c", "PUBREC", "drop")), (3.0, "fault", ("s2c", "PUBCOMP", "drop"))],
-        ci=True,
-    ),
-    Scenario(
-        "cut-mid-publish",
-        "link cut in the middle of a PUBLISH, then connects refused for 1 s",
-        faults=[
-            (1.5, "fault", ("c2s", "PUBLISH", "mid")),
-            (1.6, "refuse_connects", (True,)),
-            (2.6, "refuse_connects", (False,)),
-        ],
-    ),
-    Scenario(
-        "stall",
-        "link stalled for 2 s (nothing forwarded), then delayed 50 ms per packet",
-        faults=[(1.0, "stall", ()), (3.0, "unstall", ()), (3.0, "delay", (0.05,))],
-    ),
-]
 
 RUN_FOR_S = 4
 APP_CONFIG = {
@@ -143,17 +87,41 @@ class Witness:
         self.client.loop_stop()
 
 
-def _records(messages) -> tuple[int, int]:
-    """(batches, sub-messages) delivered on batch topics, decoded by the reference codec."""
-    from mqbatch.wire import codec
+def _records(messages, topic: str) -> tuple[int, int, int]:
+    """(batches, sub-messages, distinct sub-messages) delivered on the publisher's batch topic.
+    Delivery is judged apart from the batch rules (one check per requirement): the sub-messages
+    are read from the payload's VBI framing as far as it parses, whatever the batch properties say
+    (a gzip/zlib payload is inflated first)."""
+    import gzip
+    import zlib
+
+    from mqbatch.conformance.packets import Malformed, read_vbi
 
     batches = subs = 0
-    for topic, props, payload in messages:
-        if topic.endswith("/telemetry"):
-            res = codec.decode(props, payload, topic=topic)
-            batches += 1
-            subs += len(res.messages)
-    return batches, subs
+    seen: set[bytes] = set()
+    for t, _props, payload in messages:
+        if t != topic:
+            continue
+        try:
+            if payload[:2] == b"\x1f\x8b":
+                payload = gzip.decompress(payload)
+            elif payload[:1] == b"\x78":
+                payload = zlib.decompress(payload)
+        except (OSError, EOFError, zlib.error):
+            pass  # read as it is
+        batches += 1
+        p = 0
+        while p < len(payload):
+            try:
+                n, p = read_vbi(payload, p)
+            except Malformed:
+                break
+            if p + n > len(payload):
+                break
+            seen.add(payload[p : p + n])
+            subs += 1
+            p += n
+    return batches, subs, len(seen)
 
 
 def _apply(proxy: Proxy, action: str, args) -> None:
@@ -167,7 +135,9 @@ class FirmwarePublisher:
     # the limits it is configured with (flush.max_count, flush.max_bytes): the proxy checks them
     limits = (APP_CONFIG["flush"]["max_count"], APP_CONFIG["flush"]["max_bytes"])
 
-    def __init__(self, workdir: pathlib.Path, port: int, scenarios: list[Scenario]):
+    def __init__(self, workdir: pathlib.Path, port: int, scenarios: list[Scenario], patch=None):
+        """patch(fleet): called once the fleet is built, e.g. to put a mutated firmware module
+        into its image (mqbatch.conformance.mutants)."""
         import json
 
         from mqbatch.lab.devices import Fleet
@@ -181,11 +151,20 @@ class FirmwarePublisher:
             tls=False,
             config=APP_CONFIG,
         )
+        if patch is not None:
+            patch(self.fleet)
         for s in scenarios:
             path = self.fleet.dir(self.devices[s.name]) / "config.json"
             cfg = json.loads(path.read_text())
             cfg["qos"] = s.qos
+            if s.limits:
+                cfg["flush"] = dict(cfg["flush"], max_count=s.limits[0], max_bytes=s.limits[1])
+            if s.keepalive_s:
+                cfg["broker"] = dict(cfg["broker"], keepalive_s=s.keepalive_s)
             path.write_text(json.dumps(cfg))
+
+    def scenario_limits(self, s: Scenario) -> tuple[int, int]:
+        return s.limits or self.limits
 
     def topic(self, s: Scenario) -> str:
         return f"mqbatch/{self.devices[s.name]}/telemetry"
@@ -199,6 +178,7 @@ class FirmwarePublisher:
         console = self.fleet.console(dev)
         return {
             "exit": proc.returncode,
+            "stored": summ.get("stored_records"),
             "stored_records": summ.get("stored_records"),
             "acked_records": summ.get("acked_records"),
             "dropped": summ.get("dropped_total"),
@@ -223,6 +203,9 @@ class CommandPublisher:
     def topic(self, s: Scenario) -> str:
         return f"mqbatch/ext-{s.name}/telemetry"
 
+    def scenario_limits(self, s: Scenario) -> tuple[int, int]:
+        return s.limits or self.limits
+
     def start(self, s: Scenario):
         vals = {
             "host": "127.0.0.1",
@@ -237,6 +220,9 @@ class CommandPublisher:
             **{f"MQBATCH_{k.upper()}": v for k, v in vals.items()},
             MQBATCH_DURATION_S=str(RUN_FOR_S),
             MQBATCH_SESSION_EXPIRY_S="300",
+            MQBATCH_MAX_COUNT=str(self.scenario_limits(s)[0]),
+            MQBATCH_MAX_BYTES=str(self.scenario_limits(s)[1]),
+            MQBATCH_KEEPALIVE_S=str(s.keepalive_s or 10),
         )
         log = tempfile.NamedTemporaryFile("w+", prefix=f"conformance-{s.name}-", suffix=".log", delete=False)
         self.logs[s.name] = pathlib.Path(log.name)
@@ -251,7 +237,12 @@ class CommandPublisher:
     def result(self, s: Scenario, proc) -> dict:
         text = self.logs[s.name].read_text(errors="replace")
         self.logs[s.name].unlink()
-        return {"exit": proc.returncode, "log_tail": text.splitlines()[-6:]}
+        stored = [ln.split()[1] for ln in text.splitlines() if ln.startswith("MQBATCH-STORED ") and len(ln.split()) > 1]
+        return {
+            "exit": proc.returncode,
+            "stored": int(stored[-1]) if stored and stored[-1].isdigit() else None,
+            "log_tail": text.splitlines()[-6:],
+        }
 
     def close(self):
         pass
@@ -264,6 +255,7 @@ def run_publisher(
     timeout: float = 60,
     progress=print,
     limits=(100, 65536),
+    patch=None,
 ) -> dict:
     """Run every scenario; return {"publisher", "limits", "scenarios": [result...]}. limits: the
     (batch-size, payload bytes) limits a command publisher is configured with (spec §3.3
@@ -271,13 +263,17 @@ def run_publisher(
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    pub = CommandPublisher(cmd, port, limits) if cmd else FirmwarePublisher(workdir, port, scenarios)
+    pub = CommandPublisher(cmd, port, limits) if cmd else FirmwarePublisher(workdir, port, scenarios, patch)
     out = []
     try:
         for s in scenarios:
             t0 = time.monotonic()
             out.append(_run_one(s, pub, port, workdir / s.name, timeout))
-            progress(f"  {s.name}: {len(out[-1]['violations'])} violations, {time.monotonic() - t0:.1f} s")
+            d = out[-1]["delivery"]
+            progress(
+                f"  {s.name}: {len(out[-1]['violations'])} violations, delivery "
+                f"{'ok' if d['ok'] else 'FAILED: ' + d['why']}, {time.monotonic() - t0:.1f} s"
+            )
     finally:
         pub.close()
     return {"publisher": pub.name, "limits": list(pub.limits), "scenarios": out}
@@ -287,19 +283,25 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
     shutil.rmtree(bdir, ignore_errors=True)
     broker = Mosquitto(bdir, **s.broker).start()
     witness = Witness(broker, s.broker.get("max_qos", 2))
+    lim = pub.scenario_limits(s)
     proxy = Proxy(
         broker.host,
         broker.port,
         port=port,
         batch_topics=BATCH_TOPICS,
-        max_batch_size=pub.limits[0],
-        max_payload_bytes=pub.limits[1],
+        max_batch_size=lim[0],
+        max_payload_bytes=lim[1],
+        hold_acks=s.hold_acks,
+        hold_s=s.hold_s,
+        max_packet_probe=s.max_packet_probe,
+        lose_sessions=s.lose_sessions,
     ).start()
     if s.hold_connects_s:
         proxy.refuse_connects(True)
     pending = sorted(s.faults, key=lambda f: f[0])
     if s.hold_connects_s:
         pending = sorted(pending + [(s.hold_connects_s, "refuse_connects", (False,))], key=lambda f: f[0])
+    killed = False
     try:
         start = time.monotonic()
         proc = pub.start(s)
@@ -309,6 +311,7 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
                 _, action, args = pending.pop(0)
                 _apply(proxy, action, args)
             if now > timeout:
+                killed = True
                 proc.kill()
                 proc.wait()
                 break
@@ -319,7 +322,8 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         proxy.stop()
         witness.close()
         broker.stop()
-    batches, subs = _records(witness.messages)
+    batches, subs, distinct = _records(witness.messages, pub.topic(s))
+    result = pub.result(s, proc)
     return {
         "scenario": s.name,
         "what": s.what,
@@ -327,8 +331,17 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         "qos": s.qos,
         "topic": pub.topic(s),
         "seconds": round(time.monotonic() - start, 1),
-        "publisher": pub.result(s, proc),
-        "delivered": {"batches": batches, "records": subs},
+        "publisher": result,
+        "limits": list(lim),
+        "hold_acks": s.hold_acks,
+        "firmware_fails": s.firmware_fails,
+        "delivered": {"batches": batches, "records": subs, "distinct": distinct},
+        "delivery": _delivery(result, distinct, killed, timeout),
+        "max_packet_size": s.broker.get("max_packet_size"),
+        "probe_limits": sorted(proxy.probe.told.values()) if proxy.probe else [],
+        "probe_exact": sum(1 for n, lim in proxy.probe.told.items() if proxy.probe.largest.get(n) == lim)
+        if proxy.probe
+        else 0,
         "violations": [dataclasses.asdict(v) for v in proxy.violations],
         "applied": {f"{d} {r}": n for (d, r), n in sorted(proxy.checker.applied.items())},
         "peak_inflight": {d: list(v) for d, v in proxy.checker.peak.items()},
@@ -340,6 +353,34 @@ def _run_one(s: Scenario, pub, port: int, bdir: pathlib.Path, timeout: float) ->
         "connack_codes": _connack_codes(proxy),
         "trace": proxy.trace(limit=8, around_faults=6),
         "violation_traces": _excerpts(proxy),
+    }
+
+
+def _delivery(result: dict, distinct: int, killed: bool, timeout: float) -> dict:
+    """Row PUBLISHER-DELIVERS for one scenario: the publisher exited 0 by itself, and every record it
+    reports stored (at least one) reached the witness subscriber, except those it reports it dropped
+    and counted (the firmware's dropped_total: e.g. records that can never fit the broker's Maximum
+    Packet Size). A publisher that loses records without counting them fails."""
+    stored = result.get("stored")
+    why = []
+    if killed:
+        why.append(f"still running after {timeout:.0f} s: killed")
+    elif result["exit"] != 0:
+        why.append(f"exit status {result['exit']}")
+    if distinct == 0:
+        why.append("no record reached the witness subscriber")
+    elif stored is not None and distinct < stored - (result.get("dropped") or 0):
+        dropped = result.get("dropped") or 0
+        why.append(
+            f"{stored} records stored, {distinct} distinct reached the witness"
+            + (f" ({dropped} counted dropped by the publisher)" if dropped else "")
+        )
+    return {
+        "ok": not why,
+        "why": "; ".join(why),
+        "stored": stored,
+        "distinct": distinct,
+        "exit": None if killed else result["exit"],
     }
 
 
