@@ -10,8 +10,6 @@ import json
 import sys
 import textwrap
 
-import pytest
-
 from mqbatch import cli
 from mqbatch.conformance.subscriber import run_corpus
 from mqbatch_testing import VENV_BIN
