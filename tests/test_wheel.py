@@ -233,7 +233,10 @@ def test_installed_deploy_to_a_virtual_board(venv):
         assert d.returncode == 0, d.stdout + d.stderr
         assert "verified" in d.stdout
         assert (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").is_file()  # build/ under the user's cwd
-        assert (board / "mqb_app.mpy").read_bytes() == (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").read_bytes()
+        from mqbatch.lab.vboard import VirtualBoard  # reads the board's own flash image (read-only while it runs)
+
+        on_board = VirtualBoard(board).get("mqb_app.mpy")
+        assert on_board == (venv["cwd"] / "build" / "unix" / "mqb_app.mpy").read_bytes()
         deadline = time.monotonic() + 60
         while "mqb:" not in (board / "console.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, (board / "console.log").read_text(errors="replace")[-2000:]
