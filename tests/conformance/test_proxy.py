@@ -257,7 +257,11 @@ SIZE3 = H("26 000a 62617463682d73697a65 0001 33")
         (FMT + SIZE2, H("01 41 05 42"), "BATCH-PAYLOAD"),  # length past the end: 3.1-3, not a count
         (FMT + SIZE2, b"", "BATCH-PAYLOAD"),  # an empty payload is no batch
         (FMT + SIZE2, H("01 41 ff ff ff ff 01"), "BATCH-PAYLOAD"),  # 5-byte VBI
-        (FMT + SIZE2, __import__("gzip").compress(H("01 41 02 42 43"), mtime=0), "BATCH-COMPRESSION"),  # no Content Type
+        (
+            FMT + SIZE2,
+            __import__("gzip").compress(H("01 41 02 42 43"), mtime=0),
+            "BATCH-COMPRESSION",
+        ),  # no Content Type
         (FMT + SIZE2 + H("26 0008 636f6d7072657373 0004 677a6970"), H("01 41 02 42 43"), "BATCH-COMPRESSION"),
         (H("0b 05") + FMT + SIZE2, H("01 41 02 42 43"), "MQTT-SUB-ID"),  # Subscription Identifier from a client
     ],

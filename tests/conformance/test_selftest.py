@@ -36,3 +36,17 @@ def test_a_faulty_publisher_that_breaks_nothing_survives(tmp_path):
     m = selftest.Mutant("clean-as-mutant", "MQTT-RECEIVE-MAX", ["inflight-2"])
     st = selftest.run(tmp_path, mutants=[m], progress=lambda x: None)
     assert (st["faulty"], st["killed"]) == (1, 0) and "MQTT-RECEIVE-MAX did not FAIL" in st["mutants"][0]["why"]
+
+
+def test_every_firmware_mutation_still_applies():
+    """Each firmware mutation names text found exactly once in today's firmware (a refactor that
+    moves it makes this fail at once, not minutes into a self-test)."""
+    stale = []
+    for m in selftest.MUTANTS:
+        edits = m.firmware or ()
+        for mod, old in zip(edits[::3], edits[1::3]):
+            n = (FIRMWARE / mod).read_text(encoding="utf-8").count(old) if (FIRMWARE / mod).exists() else 0
+            if n != 1:
+                stale.append((m.name, mod, old, n))
+    assert not stale, stale
+    assert any(m.firmware for m in selftest.MUTANTS)

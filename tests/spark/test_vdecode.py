@@ -56,21 +56,22 @@ def _imports(path) -> set:
 def test_module_is_pure():
     """Imports only pyarrow, numpy, hashlib, json and mqbatch's pure codec/records and the
     job's pure batch-hmac check (itself only integrity/records): no pyspark, no I/O."""
-    assert _imports(ROOT / "host" / "mqbatch" / "vdecode.py") == {
+    assert _imports(ROOT / "host" / "mqbatch" / "spark" / "vdecode.py") == {
         "__future__",
         "hashlib",
         "json",
+        "typing",
         "numpy",
         "pyarrow",
-        "mqbatch:codec",
-        "mqbatch:records",
+        "mqbatch.wire:codec",
+        "mqbatch.wire:records",
         "mqbatch.spark:batch_hmac",
     }
     assert _imports(ROOT / "host" / "mqbatch" / "spark" / "batch_hmac.py") == {
         "__future__",
         "functools",
-        "mqbatch:integrity",
-        "mqbatch:records",
+        "mqbatch.wire:integrity",
+        "mqbatch.wire:records",
     }
 
 

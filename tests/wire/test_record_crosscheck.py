@@ -25,7 +25,7 @@ DEVICE_SCRIPT = r'''
 import json, sys
 from binascii import hexlify
 from mqb_codec import BatchEncoder
-from mqb_record import RecordWriter, TickClock, FORMAT_BINARY, FORMAT_JSON
+from mqb_record import RecordWriter, TickClock
 
 class Ticks:
     t = 0
@@ -37,7 +37,7 @@ with open(sys.argv[1]) as f:
 ticks = Ticks()
 clock = TickClock(ticks.ms)
 enc = BatchEncoder(bytearray(16384 + 16), headroom=16, max_count=100, max_payload_bytes=16384)
-w = RecordWriter(enc, clock, job["boot"], FORMAT_JSON if job["format"] == "json" else FORMAT_BINARY)
+w = RecordWriter(enc, clock, job["boot"], "json" if job["format"] == "json" else "binary")  # the config values
 w.seq = job["first_seq"]
 seqs = []
 for c in job["records"]:

@@ -86,7 +86,7 @@ MUTANTS = [
         "fw-no-dup",
         "MQTT-DUP-RESEND",
         ["resume-dup"],
-        firmware=("mqb_client.py", "(0x08 if resend_pid else 0)", "0"),
+        firmware=("mqb_inflight.py", "(0x08 if resend_pid else 0)", "0"),
         ci=True,
     ),
     Mutant(
@@ -107,7 +107,7 @@ MUTANTS = [
             "mqb_codec.py",
             "if self.count >= self.max_count or self.end",
             "if self.count > self.max_count or self.end",
-            "mqb_app.py",
+            "mqb_flush.py",
             "if enc.count >= enc.max_count or",
             "if enc.count > enc.max_count or",
         ),
@@ -116,7 +116,7 @@ MUTANTS = [
         "fw-no-ping",
         "MQTT-KEEPALIVE",
         ["keepalive-1"],
-        firmware=("mqb_client.py", "elif time.ticks_diff(now, self._last_tx) >= ka - (ka >> 2):", "elif False:"),
+        firmware=("mqb_client.py", "elif time.ticks_diff(now, self._rs[_LAST_TX]) >= ka - (ka >> 2):", "elif False:"),
         also=(DELIV,),
     ),
 ]
