@@ -327,6 +327,10 @@ class Proxy:
                         framing.feed(data)
                         self.tls_records[direction] += framing.records - before
                         self.tls_bytes[direction] += len(data)
+                if c.foreign and not c.tls:
+                    buf = self._record_only(c, direction, buf + data)
+                    self._send(c, direction, dst, data)
+                    continue
                 if c.check is None or c.tls:
                     self._send(c, direction, dst, data)
                     continue
@@ -347,16 +351,35 @@ class Proxy:
                     if not self._packet(c, direction, raw, dst):
                         return
                     if c.check is not None and c.check.foreign:  # not MQTT 5: named once, then relayed
-                        with self._lock:
-                            self._conns.pop(c.number, None)
-                        c.check = None
+                        with self._lock:  # no checker end for it; still a connection whose TCP segments count
+                            c.check = None
+                            c.foreign = True
                         self._send(c, direction, dst, buf)
-                        buf = b""
+                        buf = self._record_only(c, direction, buf)
                         break
         except OSError:  # either side went away (or cut() reset it): end this direction
             self._truncated(c, direction, buf)
         finally:
             self._pump_end(c, direction, src, dst)
+
+    def _record_only(self, c: _Conn, direction: str, buf: bytes) -> bytes:
+        """Frame and record the whole packets of a connection that is not MQTT 5 (its bytes are
+        relayed by the caller, unchecked): the benchmarks read an MQTT 3.1.1 client's packets.
+        Returns what is left of an unfinished packet; a stream that cannot be framed is dropped."""
+        while buf:
+            try:
+                n = packet_len(buf)
+            except Malformed:
+                return b""
+            if n is None or len(buf) < n or n > MAX_FRAME:
+                return b"" if n is not None and n > MAX_FRAME else buf
+            raw, buf = buf[:n], buf[n:]
+            with self._lock:
+                if len(self.records) < self.max_records:
+                    self.records.append(Record(time.monotonic(), c.number, direction, raw))
+                else:
+                    self.records_dropped += 1
+        return buf
 
     def _truncated(self, c: _Conn, direction: str, buf: bytes) -> None:
         """A stream its sender ended (closed or reset, not the proxy) inside a packet."""
@@ -412,7 +435,7 @@ class Proxy:
                 pass  # already closed
             s.close()
         with self._lock:
-            if c.check is not None and self._conns.pop(c.number, None) is not None:
+            if self._conns.pop(c.number, None) is not None and c.check is not None:
                 self._close_check(c)
 
     def _close_check(self, c: _Conn) -> None:
@@ -501,7 +524,7 @@ class Proxy:
             self._forward(dst, raw)
         self.cuts += 1
         with self._lock:
-            if self._conns.pop(c.number, None) is not None:
+            if self._conns.pop(c.number, None) is not None and c.check is not None:
                 self._close_check(c)
         if action == "close":  # an orderly close: what was forwarded is read before the end of stream
             c.reset = True

@@ -41,6 +41,7 @@ class _Conn:
         self.tls = False
         self.tls_framing = {C2S: TlsRecords(), S2C: TlsRecords()}
         self.segments_counted = False
+        self.foreign = False  # not MQTT 5 (named once): packets framed and recorded, not checked
         self.broker_gone = False  # forwarding to the broker failed: the client's bytes are only checked
         self.client_done = threading.Event()  # the client -> broker pump has ended
         self.client_eof = False  # the client closed its side (not a reset, not the proxy)
