@@ -20,10 +20,10 @@ from mqbatch.ingest import landing as landing_zone
 from mqbatch.spark import JobOptions, jvm, pipeline
 from mqbatch.util.paths import ROOT
 from mqbatch.wire import codec, records
+from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import T0_MS, landed, write_landing
 
 pytestmark = pytest.mark.spark
-VENV_BIN = ROOT / ".venv" / "bin"
 
 
 def _load_diff():

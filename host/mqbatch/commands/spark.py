@@ -68,8 +68,11 @@ def spark_home() -> pathlib.Path:
     return pathlib.Path(spec.origin).parent
 
 
-def submit_env(conf_dir: pathlib.Path | None) -> dict[str, str]:
-    """The variables spark-submit needs, whatever the calling shell has (or lacks)."""
+def submit_env(conf_dir: pathlib.Path | None, fast_path: pathlib.Path | None) -> dict[str, str]:
+    """The variables spark-submit needs, whatever the calling shell has (or lacks). Without
+    the fast path's jar (this command said why) the job is told not to say it again."""
+    from mqbatch.spark import jvm
+
     env = {
         "SPARK_HOME": os.environ.get("SPARK_HOME") or str(spark_home()),
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
@@ -79,6 +82,8 @@ def submit_env(conf_dir: pathlib.Path | None) -> dict[str, str]:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     if conf_dir is not None:
         env["SPARK_CONF_DIR"] = str(conf_dir)
+    if fast_path is None:
+        env[jvm.OFF_SAID] = "1"
     return env
 
 
@@ -123,10 +128,8 @@ def job_file(directory: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path) -> list[str]:
-    from mqbatch.spark import jvm  # the decoder's JVM fast path, shipped to the executors too
-
-    fast_path = jvm.jar()
+def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path, fast_path: pathlib.Path | None) -> list[str]:
+    """fast_path: the decoder's JVM fast path (mqbatch.spark.jvm.jar()), shipped to the executors too."""
     return [
         str(venv_tool("spark-submit")),
         "--master",
@@ -231,7 +234,10 @@ def run(args: argparse.Namespace) -> int:
             if os.environ.get("SPARK_CONF_DIR")
             else write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
         )
-        cmd, env = submit_command(args, pyfiles), submit_env(conf_dir)
+        from mqbatch.spark import jvm
+
+        fast_path = jvm.jar()  # None: the job decodes in Python (said once, here)
+        cmd, env = submit_command(args, pyfiles, fast_path), submit_env(conf_dir, fast_path)
         if args.print_command:
             print(shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd]))
             return 0

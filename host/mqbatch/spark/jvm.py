@@ -49,6 +49,8 @@ _COMPILE_JARS = (
     "scala-library-*.jar",
 )
 _notes: set[str] = set()
+# set by `mqbatch spark` for the job it submits when it found no jar to ship (it said why)
+OFF_SAID = "MQBATCH_JVM_FAST_PATH_OFF"
 
 
 def _note(text: str) -> None:
@@ -86,26 +88,15 @@ def _javac() -> str | None:
     return shutil.which("javac")
 
 
-def jar() -> pathlib.Path | None:
-    """The compiled fast path (built on first use, then cached), or None when it cannot
-    be built here (no JDK, or javac failed: said once on stderr)."""
-    jars = spark_jars_dir()
-    classpath = [p for pattern in _COMPILE_JARS for p in sorted(jars.glob(pattern))]
-    source = SOURCE.read_bytes()
+def jar_name(source: bytes, classpath: list[pathlib.Path]) -> str:
+    """The jar's file name: one per Java source and set of Spark jars it was compiled against."""
     key = hashlib.sha256(source + "|".join(p.name for p in classpath).encode()).hexdigest()[:16]
-    target = cache_dir() / f"mqbatch-jvm-{key}.jar"
-    if target.is_file():
-        return target
-    javac = _javac()
-    if javac is None:
-        _note(
-            "no javac (a JDK) found: the JVM fast path is off, every landed row is decoded in Python "
-            "(install a JDK 17, e.g. apt install openjdk-17-jdk-headless)"
-        )
-        return None
-    if len(classpath) != len(_COMPILE_JARS):
-        _note(f"Spark's jars not found in {jars}: the JVM fast path is off")
-        return None
+    return f"mqbatch-jvm-{key}.jar"
+
+
+def compile_jar(target: pathlib.Path, classpath: list[pathlib.Path], javac: str) -> str | None:
+    """Compiles SOURCE against `classpath` into the jar `target` (atomically: a temp jar in
+    its directory, then renamed). None when done, else javac's complaint."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mqbatch-jvm-", dir=target.parent) as tmp:
         classes = pathlib.Path(tmp) / "classes"
@@ -125,14 +116,58 @@ def jar() -> pathlib.Path | None:
             text=True,
         )
         if done.returncode != 0:
-            _note(f"javac failed (exit {done.returncode}), the JVM fast path is off: {done.stderr.strip()[:500]}")
-            return None
+            return f"javac failed (exit {done.returncode}): {(done.stderr + done.stdout).strip()[:500]}"
         built = pathlib.Path(tmp) / target.name
         with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: mqbatch\n\n")
             for f in sorted(classes.rglob("*.class")):
                 z.write(f, f.relative_to(classes).as_posix())
         os.replace(built, target)
+    return None
+
+
+def compile_classpath(jars: pathlib.Path) -> list[pathlib.Path]:
+    """The Spark jars javac compiles against (_COMPILE_JARS in `jars`)."""
+    return [p for pattern in _COMPILE_JARS for p in sorted(jars.glob(pattern))]
+
+
+def jar() -> pathlib.Path | None:
+    """The compiled fast path, or None when it cannot be had here (said once on stderr).
+
+    In order: the jar shipped inside the installed package (built with the wheel against
+    the pinned PySpark: a JRE is enough), the cached jar, else compiled now with the JDK's
+    javac and cached. None without a JDK, when javac fails, when Spark's jars are missing,
+    or where the Java source cannot be read (e.g. a driver importing mqbatch from a zip)."""
+    try:
+        source = SOURCE.read_bytes()
+    except OSError as e:  # NotADirectoryError inside a zip
+        _note(f"the JVM fast path is off: its source cannot be read here ({type(e).__name__}: {SOURCE})")
+        return None
+    jars = spark_jars_dir()
+    classpath = compile_classpath(jars)
+    name = jar_name(source, classpath)
+    if (SOURCE.parent / name).is_file():  # shipped in the wheel
+        return SOURCE.parent / name
+    target = cache_dir() / name
+    if target.is_file():
+        return target
+    javac = _javac()
+    if javac is None:
+        _note(
+            "no javac (a JDK) found: the JVM fast path is off, every landed row is decoded in Python "
+            "(install a JDK 17, e.g. apt install openjdk-17-jdk-headless)"
+        )
+        return None
+    if len(classpath) != len(_COMPILE_JARS):
+        _note(f"Spark's jars not found in {jars}: the JVM fast path is off, every landed row is decoded in Python")
+        return None
+    try:
+        failed = compile_jar(target, classpath, javac)
+    except OSError as e:  # javac not executable, cache not writable, ...
+        failed = f"javac could not run or its jar could not be written: {e}"
+    if failed:
+        _note(f"{failed}; the JVM fast path is off, every landed row is decoded in Python")
+        return None
     return target
 
 
@@ -241,9 +276,10 @@ def registered(spark) -> bool:
             CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
         )
     except Exception as e:  # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
-        _note(
-            f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
-            f"mqbatch.spark.session() or spark.jars={jar()}): {type(e).__name__}"
-        )
+        if not os.environ.get(OFF_SAID):  # else `mqbatch spark` already said why (no jar to ship)
+            _note(
+                f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
+                f"mqbatch.spark.session() or spark.jars=mqbatch.spark.jvm.jar()): {type(e).__name__}"
+            )
         return False
     return True

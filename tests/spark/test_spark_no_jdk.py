@@ -1,0 +1,101 @@
+"""`mqbatch spark` without a working JDK (issue 24): no javac on PATH, or a javac that
+fails. The JVM fast path cannot be built; the job must decode everything with the Python
+decoders, say so once, and give the same report (it used to crash with NotADirectoryError:
+the driver's warning re-read BatchDecoder.java from inside the --py-files zip)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from test_spark_job import expected_report, scenario_files
+
+from mqbatch.util.paths import ROOT
+from mqbatch_testing.spark import write_landing
+
+pytestmark = pytest.mark.spark
+SMALL = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
+
+
+def path_without_javac(directory: pathlib.Path) -> str:
+    """A PATH of /usr/bin's tools (links) without javac (and without the venv)."""
+    directory.mkdir()
+    for tool in pathlib.Path("/usr/bin").iterdir():
+        if not tool.name.startswith("javac"):
+            (directory / tool.name).symlink_to(tool)
+    return str(directory)
+
+
+def failing_javac(directory: pathlib.Path) -> str:
+    directory.mkdir()
+    javac = directory / "javac"
+    javac.write_text("#!/bin/sh\necho 'error: this javac is broken on purpose' >&2\nexit 3\n")
+    javac.chmod(0o755)
+    return f"{directory}:/usr/bin:/bin"
+
+
+def _env(tmp_path, path: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    # no jar cached anywhere, the checkout's own host package on the path
+    env.update(PATH=path, MQBATCH_JVM_CACHE=str(tmp_path / "jvm-cache"), PYTHONPATH=str(ROOT / "host"))
+    return env
+
+
+def test_without_javac_the_job_decodes_in_python_and_says_so_once(tmp_path):
+    """End to end through spark-submit (its own JVM): the case that crashed."""
+    landing = tmp_path / "landing"
+    for segment, rows in enumerate(scenario_files()):
+        write_landing(landing, "r1", segment, rows)
+    env = _env(tmp_path, path_without_javac(tmp_path / "bin"))
+    assert subprocess.run(["sh", "-c", "command -v javac"], env=env, capture_output=True).returncode != 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", str(landing), "--out", str(tmp_path / "out")]
+        + ["--reorder-window", "3", *SMALL],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == expected_report(False)
+    notes = [line for line in proc.stderr.splitlines() if "fast path is off" in line]
+    assert len(notes) == 1 and "no javac (a JDK) found" in notes[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_with_a_failing_javac_the_command_ships_no_jar_and_says_why_once(tmp_path):
+    """javac exits 3: no jar, one line with javac's complaint, and the submitted job is told
+    that it was said (it then decodes in Python exactly as without javac, above)."""
+    env = _env(tmp_path, failing_javac(tmp_path / "bin"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", "L", "--out", "O", "--print-command"]
+        + ["--pyfiles-zip", str(tmp_path / "mqbatch.zip")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--jars" not in proc.stdout and "MQBATCH_JVM_FAST_PATH_OFF=1" in proc.stdout
+    notes = [line for line in proc.stderr.splitlines() if "fast path is off" in line]
+    assert len(notes) == 1, proc.stderr
+    assert "javac failed (exit 3): error: this javac is broken on purpose" in notes[0]
+    assert not (tmp_path / "jvm-cache").exists() or not any((tmp_path / "jvm-cache").glob("*.jar"))
+
+
+def test_a_driver_without_the_java_source_gets_none_not_a_crash(tmp_path, monkeypatch, capsys):
+    """The driver under spark-submit imports mqbatch from the --py-files zip: SOURCE is a
+    path inside a file. jar() used to raise NotADirectoryError there."""
+    from mqbatch.spark import jvm
+
+    (tmp_path / "mqbatch.zip").write_bytes(b"PK")
+    monkeypatch.setattr(jvm, "SOURCE", tmp_path / "mqbatch.zip" / "mqbatch" / "spark" / "java" / "BatchDecoder.java")
+    monkeypatch.setattr(jvm, "_notes", set())
+    assert jvm.jar() is None
+    assert "the JVM fast path is off: its source cannot be read here (NotADirectoryError" in capsys.readouterr().err
