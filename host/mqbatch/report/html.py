@@ -80,6 +80,22 @@ class ReportError(ValueError):
 # (mqbatch/ingest/recorder.py: reconnect_delay_set(1, 10))
 RECORDER_BACKOFF_S = (1, 10)
 
+# the demo's per-device table: device, its own counts, then report_cells() and latency_cells()
+DEMO_HEADERS = [
+    "device",
+    "stored",
+    "published (acked)",
+    "landed",
+    "curated",
+    "duplicates removed",
+    "missing",
+    "quarantined",
+    "dropped on device",
+    "reconnects",
+    "latency p50",
+    "latency p99",
+]
+
 
 def read_records(path: os.PathLike | str, extra: Sequence[str] = ()):
     """The curated records table (the report's columns + `extra`): one Parquet directory,

@@ -394,20 +394,7 @@ class Demo:
                 [dev, s["stored_records"], s["acked_records"], *htmlreport.report_cells(d, landed), s["reconnects"]]
                 + htmlreport.latency_cells(d)
             )
-        headers = [
-            "device",
-            "stored",
-            "published (acked)",
-            "landed",
-            "curated",
-            "duplicates removed",
-            "missing",
-            "quarantined",
-            "dropped on device",
-            "reconnects",
-            "latency p50",
-            "latency p99",
-        ]
+        headers = htmlreport.DEMO_HEADERS
         self.print_table(headers, rows)
         q = rep.get("quarantine", {}).get("by_reason", {})
         self.say(f"    quarantined by reason: {q or 'none'}")
