@@ -126,6 +126,12 @@ def _test_names(path: pathlib.Path) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
 
 
+# Parsed once here, in the collecting thread: CPython 3.11's ast.parse is not
+# safe to call from two threads at once ("AST constructor recursion depth
+# mismatch"), and the runs below start from a thread pool.
+_NAMES = {module: _test_names(ROOT / "tests" / "mpy" / f"{module}.py") for module in MODULES}
+
+
 def split_results(stdout: str) -> dict[str, tuple[bool, str]]:
     """name -> (passed, its output): what a test printed before its MPYTEST line,
     and for a failure the traceback after it."""
@@ -158,9 +164,7 @@ class _Runs:
         self.pool = ThreadPoolExecutor(max_workers=2)
 
     def _run(self, module: str):
-        names = [
-            n for n in _test_names(ROOT / "tests" / "mpy" / f"{module}.py") if f"{module}.{n}" not in NOT_IN_THIS_PORT
-        ]
+        names = [n for n in _NAMES[module] if f"{module}.{n}" not in NOT_IN_THIS_PORT]
         return run_wasm("--test", module, *names)
 
     def get(self, module: str) -> subprocess.CompletedProcess:
@@ -177,7 +181,7 @@ _RUNS = _Runs()
 
 def _items():
     for module in MODULES:
-        for name in _test_names(ROOT / "tests" / "mpy" / f"{module}.py"):
+        for name in _NAMES[module]:
             key = f"{module}.{name}"
             marks = []
             if key in EXPECTED_FAILURES:
