@@ -34,7 +34,7 @@ def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int =
     directory.mkdir(parents=True, exist_ok=True)
     json_dir = directory.parent / "json"
     json_dir.mkdir(exist_ok=True)
-    rows, json_rows, made, segment = [], [], 0, 0
+    rows, json_rows, json_topics, json_received, made, segment = [], [], [], [], 0, 0
     seqs = [0] * devices
     while made < n:
         dev = made // PER_PUBLISH % devices
@@ -58,6 +58,8 @@ def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int =
             landing_zone.Landed(f"mqbatch/dev-{dev:03d}/telemetry", payload, list(props), received_at_us=received)
         )
         json_rows.append("[" + ",".join(records.encode_json(*r).decode() for r in recs) + "]")
+        json_topics.append(f"mqbatch/dev-{dev:03d}/telemetry")
+        json_received.append(received)
         made += count
         if made % PER_FILE == 0 or made == n:
             landing_zone.write_parquet_atomic(
@@ -65,9 +67,111 @@ def build_landing(directory: pathlib.Path, n: int, seed: int = 1, devices: int =
             )
             # the JSON arrays split as the landing files are, so that Spark reads both with the same
             # parallelism (one file of one row group would run (b) in a single task)
-            pq.write_table(pa.table({"payload": json_rows}), json_dir / f"json-{segment:08d}.parquet")
-            rows, json_rows, segment = [], [], segment + 1
+            pq.write_table(
+                pa.table(
+                    {
+                        "topic": json_topics,
+                        "payload": json_rows,
+                        "received_at": pa.array(json_received, pa.timestamp("us", tz="UTC")),
+                    }
+                ),
+                json_dir / f"json-{segment:08d}.parquet",
+            )
+            rows, json_rows, json_topics, json_received, segment = [], [], [], [], segment + 1
     return made, json_dir
+
+
+JSON_TYPE = "array<struct<v:int,kind:string,boot:bigint,seq:bigint,ts_ms:bigint,synced:boolean,r:map<string,bigint>>>"
+
+
+def json_job(spark, json_dir: str, out: str) -> None:
+    """The plain JSON pipeline a user would write instead of mqbatch's job, over the same
+    records as JSON arrays (one string per PUBLISH): from_json + explode, the device from
+    the topic, dropDuplicates on (device, boot, seq), one Parquet write."""
+    from pyspark.sql import functions as F
+
+    (
+        spark.read.parquet(json_dir)
+        .select(
+            F.split("topic", "/").getItem(1).alias("device"),
+            "received_at",
+            F.explode(F.from_json("payload", JSON_TYPE)).alias("x"),
+        )
+        .select(
+            "device",
+            "x.kind",
+            "x.boot",
+            "x.seq",
+            F.timestamp_millis("x.ts_ms").alias("device_time"),
+            "x.synced",
+            F.col("x.r").alias("readings"),
+            "received_at",
+        )
+        .dropDuplicates(["device", "boot", "seq"])
+        .write.mode("overwrite")
+        .parquet(out)
+    )
+
+
+def _json_job_main(argv: list[str]) -> int:
+    """python -m mqbatch.bench.spark JSON_DIR OUT: json_job in a fresh local[*] session
+    (the cold baseline of `bench spark --cold`)."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        json_job(spark, argv[0], argv[1])
+    finally:
+        spark.stop()
+    return 0
+
+
+def _cold(tmp: pathlib.Path, json_dir: pathlib.Path, runs: int, n: int) -> dict:
+    """Fresh processes, interleaved: `mqbatch spark` as a user runs it (spark-submit, its own
+    JVM) against the plain JSON job in its own JVM. Wall seconds of the whole command."""
+    import subprocess
+
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    cmds = {
+        "mqbatch spark (whole command, fresh JVM)": [
+            sys.executable,
+            "-m",
+            "mqbatch.cli",
+            "spark",
+            "--landing",
+            str(tmp / "landing"),
+            "--out",
+            str(tmp / "cold"),
+        ],
+        "plain JSON job (python, fresh JVM)": [
+            sys.executable,
+            "-m",
+            "mqbatch.bench.spark",
+            str(json_dir),
+            str(tmp / "cold-json"),
+        ],
+    }
+    times: dict = {k: [] for k in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            t = time.monotonic()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            times[name].append(time.monotonic() - t)
+            if proc.returncode != 0:
+                raise SystemExit(f"bench spark --cold: {name} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    for name, secs in times.items():
+        print(f"cold: {name}: {_summary(secs, n)}", flush=True)
+    a, b = (statistics.median(v) for v in times.values())
+    print(
+        f"cold ratio, plain JSON job / mqbatch spark (seconds, medians; >= 1 means mqbatch is as fast or faster): {b / a:.2f}"
+    )
+    return times
 
 
 def _summary(seconds: list[float], n: int) -> str:
@@ -111,9 +215,7 @@ def bench_spark(args: argparse.Namespace) -> int:
         spark = S.session(args.master, "WARN", **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         opts = S.JobOptions()
-        json_type = (
-            "array<struct<v:int,kind:string,boot:bigint,seq:bigint,ts_ms:bigint,synced:boolean,r:map<string,bigint>>>"
-        )
+        json_type = JSON_TYPE
 
         def explode_to_noop(decoded, part):
             S.records(decoded).select("device", "seq", F.explode("readings").alias("r")).write.format("noop").mode(
@@ -145,6 +247,9 @@ def bench_spark(args: argparse.Namespace) -> int:
             steps.clear()
             S.run_batch(spark, str(tmp / "landing"), str(tmp / "out"), opts, steps)
 
+        def plain_json_job():
+            json_job(spark, str(json_dir), str(tmp / "out-json"))
+
         from mqbatch.spark import jvm
 
         fast_path = jvm.registered(spark)
@@ -158,13 +263,17 @@ def bench_spark(args: argparse.Namespace) -> int:
             flush=True,
         )
         results, warmups = {}, {}
-        for name, fn in (
+        measured = [
             ("(a) mqbatch decode+validate+explode", ours),
             ("(b) from_json+explode (JSON arrays)", from_json),
             ("(a1) (a) with the Python decoders only (JVM fast path off)", python_only),
             ("(a0) the Arrow exchange of (a1) alone (mapInArrow returning no rows)", exchange),
             ("(c) full batch job (records/, quarantine/, report)", full),
-        ):
+            ("(d) plain JSON job (from_json+explode+dropDuplicates+Parquet)", plain_json_job),
+        ]
+        if args.whole:
+            measured = measured[-2:]
+        for name, fn in measured:
             times, cold = [], []
             for rep in range(-args.warmup, args.repeat):  # the warm-up runs (JIT, codegen) are not counted
                 group = f"bench-{name[:3]}-{rep}"
@@ -185,9 +294,13 @@ def bench_spark(args: argparse.Namespace) -> int:
                 flush=True,
             )
         print("(c) last run, seconds per step: " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+        c, d = (statistics.median(results[k]) for k in list(results)[-2:])
+        print(f"ratio (c)/(d) records/s, whole job against the plain JSON job, medians of this run: {d / c:.2f}")
         a, b = (statistics.median(results[k]) for k in list(results)[:2])
-        print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
+        if not args.whole:
+            print(f"ratio (a)/(b) records/s, medians of this run: {b / a:.2f}")
         spark.stop()
+        cold = _cold(tmp, json_dir, args.cold, n) if args.cold else {}
     bench_out.write_result(
         args,
         "spark",
@@ -199,7 +312,13 @@ def bench_spark(args: argparse.Namespace) -> int:
             "warmup_seconds": warmups,
             "jvm_fast_path": fast_path,
             "seconds": results,
-            "ratio_a_over_b": b / a,
+            "ratio_a_over_b": None if args.whole else b / a,
+            "ratio_c_over_d": d / c,
+            "cold_seconds": cold,
         },
     )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_json_job_main(sys.argv[1:]))

@@ -153,6 +153,18 @@ def register(sub) -> None:
     )
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--master", default=None, help="Spark master (default local[*])")
+    s.add_argument(
+        "--whole",
+        action="store_true",
+        help="only the whole batch job (c) against the plain JSON job (d), warm in one session",
+    )
+    s.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N interleaved fresh-process runs of `mqbatch spark` and of the plain JSON job (default 0)",
+    )
     bench_device.add_arguments(
         targets.add_parser("device", help="device pipeline in the MicroPython Unix port: us/record, flush vs busy loop")
     )
