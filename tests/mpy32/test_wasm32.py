@@ -43,6 +43,7 @@ MODULES = [
     "mp_test_e2e",
     "mp_test_boot",
     "mp_test_outbox",
+    "mp_test_outbox_acks",
 ]
 _NO_LFS = "needs os.VfsLfs2, which this WebAssembly build lacks (runs in the Unix port)"
 NOT_IN_THIS_PORT = {
