@@ -171,6 +171,8 @@ class Session:
             c.sub.add(eid)
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
+        if resend_pid:                 # its slot is the first transmission's (_resend found it): taking
+            return True                # a free one would hold it twice, one copy never freed by its ack
         for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for a PINGRESP (_drain)
             if self._eid[i] < 0 or (pid and self._pid[i] == pid):
                 self._eid[i] = eid
