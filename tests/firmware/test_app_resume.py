@@ -14,17 +14,33 @@ A scripted broker (tests/mqbatch_testing/fake_server.py) makes the hole without 
 luck: it withholds acknowledgements until the device's Receive Maximum (4) is used up,
 refuses the oldest batch with PUBACK 0x97 Quota exceeded (the device keeps it and holds
 back new sends for backoff.initial_ms, so nothing fills the freed slot) and closes. On
-the resumed session it again withholds acknowledgements until 4 PUBLISHes are open."""
+the resumed session it again withholds acknowledgements until 4 PUBLISHes are open.
+
+Second finding of the same scenario (1 run in 12 once the first was fixed): an open
+message whose PUBLISH fits the new Maximum Packet Size exactly was split, because the
+split decision used the batch budget (which counts flush.max_count's batch-size digits
+and a Topic Alias), so it was never resent with its packet id [MQTT-4.4.0-1]."""
 
 from __future__ import annotations
 
 import socket
+
+import pytest
 
 from mqbatch_testing.broker import Frame
 from mqbatch_testing.fake_server import CONNACK_OK, Conn, FakeServer, packet, props, record_keys, run_device, string
 
 WINDOW = 4  # the device's receive_max (mqb_config default)
 CONNACK_RESUMED = b"\x20\x03\x01\x00\x00"  # Session Present 1, success, no properties
+# backoff.initial_ms 300: the hold after a PUBACK 0x97 outlasts the scripted broker's close
+CONFIG = {
+    "sample_hz": 20,
+    "run_for_s": 3,
+    "drain_timeout_s": 15,
+    "health_every_s": 1,
+    "require_subscribers": False,
+    "backoff": {"initial_ms": 300, "max_ms": 1000},
+}
 
 
 def _pid(raw: bytes) -> int:
@@ -114,16 +130,9 @@ def _closed(sock: socket.socket) -> bool:
 def test_resend_after_resume_keeps_its_own_slot_and_the_window_fits(tmp_path):
     b = Broker()
     server = FakeServer([b.first] + [b.resumed] * 4)
-    config = {
-        "sample_hz": 20,
-        "run_for_s": 3,
-        "drain_timeout_s": 15,
-        "health_every_s": 1,
-        "require_subscribers": False,
-        "flush": {"max_count": 5, "max_bytes": 2048, "max_age_ms": 1000},
-        "backoff": {"initial_ms": 300, "max_ms": 1000},
-    }
-    code, s, stored, console = run_device(server, tmp_path, config)
+    code, s, stored, console = run_device(
+        server, tmp_path, {**CONFIG, "flush": {"max_count": 5, "max_bytes": 2048, "max_age_ms": 1000}}
+    )
     assert not server.failures, (server.failures, console[-3000:])
     assert "in-flight table full" not in console, console[-3000:]
     assert code == 0, console[-3000:]
@@ -136,5 +145,73 @@ def test_resend_after_resume_keeps_its_own_slot_and_the_window_fits(tmp_path):
     assert s["reconnects"] >= 1 and s["refused_batches"] == 1, s
     assert (s["dropped_total"], s["outbox_depth"]) == (0, 0), s
     assert s["acked_records"] == s["stored_records"], s
+    delivered, _ = record_keys(b.got)
+    assert stored and stored <= delivered
+
+
+# -- an open message that fits the new Maximum Packet Size exactly is resent, not split --------
+
+TOPIC_LEN = len("mqbatch/dev-001/telemetry")
+
+
+def _connack(session_present: int, max_packet: int | None = None, alias_max: int = 0) -> bytes:
+    p = (b"\x27" + max_packet.to_bytes(4, "big") if max_packet else b"") + (
+        b"\x22" + alias_max.to_bytes(2, "big") if alias_max else b""
+    )
+    return packet(0x20, bytes([session_present, 0]) + props(p))
+
+
+class ExactBroker(Broker):
+    """Connection 0 (Topic Alias Maximum `alias_max`): two PUBLISHes, none acknowledged
+    (alias: the first refused 0x97, so the second, alias-only, is resent first), closed.
+    Connection 1 on: Session Present 1 and a Maximum Packet Size that the resend of the
+    open messages meets exactly: their own size, or without aliases the alias-only one plus
+    the topic name it now needs, less the 3 bytes of the alias it need not define."""
+
+    def __init__(self, alias_max: int):
+        super().__init__()
+        self.alias_max = alias_max
+        self.limit = 0
+
+    def first(self, c: Conn):
+        mine = self._accept(c, _connack(0, alias_max=self.alias_max))
+        while len(mine) < 2:
+            pkt = c.read()
+            assert pkt is not None, "the device went quiet before 2 PUBLISHes"
+            if pkt[0] >> 4 == 3:
+                mine.append(packet(*pkt))
+                self.got.append(mine[-1])
+        if self.alias_max:
+            c.send(packet(0x40, _pid(mine[0]).to_bytes(2, "big") + b"\x97"))
+            self.limit = len(mine[1]) + TOPIC_LEN - 3
+        else:
+            self.limit = max(len(r) for r in mine)
+        c.sock.shutdown(socket.SHUT_RDWR)
+
+    def _accept(self, c: Conn, connack: bytes) -> list[bytes]:
+        if connack == CONNACK_RESUMED:  # resumed() asks for it: the exact limit instead
+            connack = _connack(1, self.limit, self.alias_max)
+        return super()._accept(c, connack)
+
+
+@pytest.mark.parametrize("alias_max", [0, 1], ids=["digits", "alias"])
+def test_open_message_fitting_the_new_limit_exactly_is_resent_with_its_packet_id(tmp_path, alias_max):
+    """The device's batch budget counts the batch-size digits of flush.max_count (3 for
+    100) and a Topic Alias; an open message of a resumed session was split whenever its
+    payload passed that budget, even when its PUBLISH fitted: it was then never resent
+    with its packet id [MQTT-4.4.0-1] (conformance max-packet-probe, 1 run in 12: an
+    alias-only message that fitted with the topic name and no alias)."""
+    b = ExactBroker(alias_max)
+    server = FakeServer([b.first] + [b.resumed] * 4)
+    flush = {"max_count": 100, "max_bytes": 2048, "max_age_ms": 300}  # < 10 records a batch: 1 digit, not 3
+    code, s, stored, console = run_device(server, tmp_path, {**CONFIG, "flush": flush})
+    assert not server.failures, (server.failures, console[-3000:])
+    assert code == 0, console[-3000:]
+    first, second = b.conns[0], b.conns[1]
+    resent = first[1:] if alias_max else first
+    assert [(_pid(r), _dup(r)) for r in second[: len(resent)]] == [(_pid(r), True) for r in resent], console[-3000:]
+    assert max(len(r) for r in second[: len(resent)]) == b.limit  # on the limit, not over it
+    assert max(len(r) for r in b.got[len(first) :]) <= b.limit
+    assert (s["dropped_total"], s["outbox_depth"]) == (0, 0) and s["acked_records"] == s["stored_records"], s
     delivered, _ = record_keys(b.got)
     assert stored and stored <= delivered

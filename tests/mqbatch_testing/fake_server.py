@@ -224,17 +224,22 @@ def results(events):
 
 
 def record_keys(publishes: list[bytes]) -> tuple[set, list]:
-    """(device, boot, seq) of every record in these raw PUBLISH packets, and the duplicates."""
-    seen, dups = set(), []
+    """(device, boot, seq) of every record in these raw PUBLISH packets, and the duplicates.
+    A Topic Alias is resolved by the last topic named with it (one device, one topic)."""
+    seen, dups, aliases = set(), [], {}
     for raw in publishes:
         f = Frame(0, "c2s", raw).publish_fields()
-        if not f["topic"].endswith("/telemetry"):
+        alias = f["props"].get(0x23)
+        topic = f["topic"] or aliases.get(alias, "")
+        if f["topic"] and alias:
+            aliases[alias] = f["topic"]
+        if not topic.endswith("/telemetry"):
             continue
-        res = codec.decode(f["props"]["user"], f["payload"], topic=f["topic"])
+        res = codec.decode(f["props"]["user"], f["payload"], topic=topic)
         assert res.status == codec.OK, res.log
         for sub in res.messages:
             rec = records.parse(sub)
-            key = (records.device_from_topic(f["topic"]), rec.boot, rec.seq)
+            key = (records.device_from_topic(topic), rec.boot, rec.seq)
             (dups.append(key) if key in seen else seen.add(key))
     return seen, dups
 
