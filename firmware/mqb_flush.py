@@ -114,9 +114,11 @@ class Sampling:
         self.batch_reported = -1
         return True
 
-    def _load(self, eid):
+    def _load(self, eid, resend=False):
         """Read a stored batch into the send buffer; its length, or < 0 if it cannot be
-        sent now (gone, corrupt, or re-stored in smaller batches)."""
+        sent now (gone, corrupt, or re-stored in smaller batches). resend: an open message
+        of a resumed session, kept whole above the budget (mqb_net._resend checks its
+        exact size: the budget counts max_count's digits and a Topic Alias)."""
         n = self.outbox.read(eid, self.out_view)
         if n == O.CORRUPT:
             log("outbox entry %d failed its CRC: discarded, records counted dropped" % eid)
@@ -134,7 +136,7 @@ class Sampling:
                     "kept, tried again on the next connection" % eid)
                 return O.TOO_SMALL
             return self._split(eid, self.outbox.read(eid, memoryview(scratch)[h:]), scratch)
-        if n > self.out.limit:
+        if n > self.out.limit and not resend:
             return self._split(eid, n, self.out.buf)
         self.out.load(n, self.outbox.entry_records)
         return n

@@ -160,6 +160,12 @@ class Inflight:
         flags = (qos << 1) | (1 if retain else 0) | (0x08 if resend_pid else 0)
         props = B.publish_props_len(enc.count_digits(), alias, expiry, content_type, payload_format)
         size = B.publish_header_len(tlen, qos, props, enc.payload_len) + enc.payload_len
+        if size > self.max_send_size and new_alias >= 0:
+            # without defining the alias (3 bytes) it may fit: e.g. a resend after a resume
+            alias = 0
+            new_alias = -1
+            props = B.publish_props_len(enc.count_digits(), 0, expiry, content_type, payload_format)
+            size = B.publish_header_len(tlen, qos, props, enc.payload_len) + enc.payload_len
         if size > self.max_send_size:
             raise MQTTError(P.PACKET_TOO_LARGE, "PUBLISH", None,
                             "PUBLISH of %d bytes exceeds the broker's Maximum Packet Size %d; nothing sent"

@@ -171,6 +171,8 @@ class Session:
             c.sub.add(eid)
         self.count[_PUBLISHES] += 1
         self.wire_bytes += c.last_size
+        if resend_pid:                 # its slot is the first transmission's (_resend found it): taking
+            return True                # a free one would hold it twice, one copy never freed by its ack
         for i in range(len(self._eid)):      # QoS 0: pid 0, the slot waits for a PINGRESP (_drain)
             if self._eid[i] < 0 or (pid and self._pid[i] == pid):
                 self._eid[i] = eid
@@ -185,13 +187,19 @@ class Session:
         for pid in c.pending_resend():
             i = self._slot(pid)
             eid = self._eid[i] if i >= 0 else -1
-            if eid < 0 or self._load(eid) < 0:
-                c.abandon(pid)           # its data is gone or was re-stored: nothing to resend
-                if i >= 0:
-                    self._eid[i] = -1
-                continue
-            if not self._publish(eid, pid):
-                return False
+            n = self._load(eid, True) if eid >= 0 else -1
+            if n >= 0:
+                try:
+                    if not self._publish(eid, pid):
+                        return False
+                    continue
+                except MQTTError as e:   # larger than the broker now allows: stored again in parts
+                    if e.code != P.PACKET_TOO_LARGE or not e.local:
+                        raise
+                    self._split(eid, n, self.out.buf)
+            c.abandon(pid)               # its data is gone or was re-stored: nothing to resend
+            if i >= 0:
+                self._eid[i] = -1
         return True
 
     def _drain(self, now):

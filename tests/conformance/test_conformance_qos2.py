@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import socket
 
-from mqbatch.lab.devices import Fleet
-from mqbatch.wire import codec, records
-from mqbatch_testing.broker import Frame
-from mqbatch_testing.fake_server import CONNACK_OK, Conn, FakeServer, packet, props, string
-
-TOPIC_SUFFIX = "/telemetry"
+from mqbatch_testing.fake_server import CONNACK_OK, Conn, FakeServer, packet, props, record_keys, run_device, string
 
 
 def app_config(**over):
@@ -32,22 +27,6 @@ def app_config(**over):
     }
     cfg.update(over)
     return cfg
-
-
-def record_keys(publishes: list[bytes]) -> tuple[set, list]:
-    """(device, boot, seq) of every record in these raw PUBLISH packets, and the duplicates."""
-    seen, dups = set(), []
-    for raw in publishes:
-        f = Frame(0, "c2s", raw).publish_fields()
-        if not f["topic"].endswith(TOPIC_SUFFIX):
-            continue
-        res = codec.decode(f["props"]["user"], f["payload"], topic=f["topic"])
-        assert res.status == codec.OK, res.log
-        for sub in res.messages:
-            rec = records.parse(sub)
-            key = (records.device_from_topic(f["topic"]), rec.boot, rec.seq)
-            (dups.append(key) if key in seen else seen.add(key))
-    return seen, dups
 
 
 def _raw(first: int, body: bytes) -> bytes:
@@ -101,24 +80,9 @@ def test_pubcomp_0x92_after_resent_pubrel_counts_as_delivered(tmp_path):
                 return
 
     server = FakeServer([first, resumed])
-    try:
-        with Fleet(
-            tmp_path / "fleet",
-            "127.0.0.1",
-            server.port,
-            credentials={"dev-001": "pw"},
-            tls=False,
-            config=app_config(require_subscribers=False),
-        ) as fleet:
-            fleet.start()
-            codes = fleet.wait(60)
-            s = fleet.summaries()["dev-001"]
-            stored = fleet.stored()
-            console = fleet.console("dev-001")
-    finally:
-        server.close()
+    code, s, stored, console = run_device(server, tmp_path, app_config(require_subscribers=False))
     assert not server.failures, server.failures
-    assert codes == {"dev-001": 0}, console[-3000:]
+    assert code == 0, console[-3000:]
     assert state.get("answered_0x92"), "the scenario never reached the resent PUBREL"
     assert s["reconnects"] >= 1, console[-2000:]
     assert (s["refused_batches"], s["dropped_total"]) == (0, 0), (s, console[-2000:])

@@ -10,7 +10,9 @@ import socket
 import threading
 from collections.abc import Callable
 
-from mqbatch_testing.broker import run_drive
+from mqbatch.lab.devices import Fleet
+from mqbatch.wire import codec, records
+from mqbatch_testing.broker import Frame, run_drive
 
 CONNACK_OK = b"\x20\x03\x00\x00\x00"
 CONNACK_CODES = {
@@ -219,3 +221,39 @@ def drive(server: FakeServer, steps, tmp_path, client=None, subscribe=None):
 def results(events):
     """Per step: the error or the connack/ack event that ended it, in order."""
     return [e for e in events if e["event"] in ("error", "connack", "ack")]
+
+
+def record_keys(publishes: list[bytes]) -> tuple[set, list]:
+    """(device, boot, seq) of every record in these raw PUBLISH packets, and the duplicates.
+    A Topic Alias is resolved by the last topic named with it (one device, one topic)."""
+    seen, dups, aliases = set(), [], {}
+    for raw in publishes:
+        f = Frame(0, "c2s", raw).publish_fields()
+        alias = f["props"].get(0x23)
+        topic = f["topic"] or aliases.get(alias, "")
+        if f["topic"] and alias:
+            aliases[alias] = f["topic"]
+        if not topic.endswith("/telemetry"):
+            continue
+        res = codec.decode(f["props"]["user"], f["payload"], topic=topic)
+        assert res.status == codec.OK, res.log
+        for sub in res.messages:
+            rec = records.parse(sub)
+            key = (records.device_from_topic(topic), rec.boot, rec.seq)
+            (dups.append(key) if key in seen else seen.add(key))
+    return seen, dups
+
+
+def run_device(server: FakeServer, tmp_path, config: dict, timeout: float = 60) -> tuple[int, dict, set, str]:
+    """One virtual device (the firmware application, plain TCP) against the fake server
+    until its run ends: (exit status, MQB-SUMMARY, records reported stored, console);
+    the server is closed afterwards."""
+    try:
+        with Fleet(
+            tmp_path / "fleet", "127.0.0.1", server.port, credentials={"dev-001": "pw"}, tls=False, config=config
+        ) as fleet:
+            fleet.start()
+            code = fleet.wait(timeout)["dev-001"]
+            return code, fleet.summaries().get("dev-001", {}), fleet.stored(), fleet.console("dev-001")
+    finally:
+        server.close()

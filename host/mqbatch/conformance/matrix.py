@@ -412,7 +412,9 @@ HOW = """## How the harness works
   with a backlog (row BATCH-3.1-5 PASSes only if some batch sat exactly on a limit); max-packet-120/128/200/600
   go down to the smallest packet that holds one record plus headers; max-packet-probe rewrites each
   CONNACK's Maximum Packet Size (same 4 bytes) to P - 1, then P, for P the most frequent full batch
-  size seen, and cuts the connection once a full batch is acknowledged and nothing is open, so a
+  size seen, and cuts the connection once a full batch is acknowledged and nothing is open (FIN after
+  that acknowledgement; what the client sent before it read the FIN is still read and checked, not
+  forwarded: its resend with DUP after the resume is due), so a
   publisher whose budget is a byte too large builds P again, 1 byte over (mqbatch.conformance.probe).
 - Delivery (row PUBLISHER-DELIVERS): a publisher that crashes, exits non-zero, is still running after
   60 s, or whose stored records do not all reach the witness subscriber FAILs, and the exit status is 1.

@@ -70,9 +70,6 @@ SCENARIOS = [
         {"max_packet_size": 300},
         hold_connects_s=2.0,
         max_packet_probe=True,
-        firmware_fails="the firmware sometimes reboots with RuntimeError 'in-flight table full: client allowed more "
-        "than receive_max' after a reconnect with Session Present 1 whose outbox entries no longer fit (a firmware "
-        "finding, reported)",
     ),
     Scenario(
         "limits-10-2048",

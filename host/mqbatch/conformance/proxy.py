@@ -528,7 +528,14 @@ class Proxy:
                 self._close_check(c)
         if action == "close":  # an orderly close: what was forwarded is read before the end of stream
             c.reset = True
-            for sock in c.socks:
+            socks = c.socks
+            if direction == S2C:
+                # the broker's side closes now; the client's is half-closed by _pump_end (FIN after
+                # the acknowledgement) and read to its end, unforwarded: a PUBLISH it sent before it
+                # read the close is open for it, and its DUP resend after the resume is no stray DUP
+                c.broker_gone = True
+                socks = c.socks[1:]
+            for sock in socks:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
