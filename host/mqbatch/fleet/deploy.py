@@ -240,19 +240,24 @@ for n in %s:
 BOARD_PLATFORMS = {"esp32": "esp32", "rp2040": "rp2", "unix": "linux"}
 
 
-def check_board(port: str, plan: Plan) -> None:
-    """The board at `port` must be of the plan's type (its sys.platform), before anything is copied."""
-    out = _mpremote(
-        port, plan.settings, "reading the board type", "exec", "import sys; print('PLATFORM', sys.platform)"
-    )
-    got = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("PLATFORM ") and len(ln.split()) == 2), None)
+def check_board(port: str, plan: Plan) -> dict:
+    """The board at `port` must be of the plan's type (its sys.platform), before anything is
+    copied. Returns what it reported (mqbatch.fleet.heapcheck.BOARD_SCRIPT: its type and heap,
+    read in the same mpremote step: each costs a soft reset, ~2 s on a virtual board)."""
+    out = _mpremote(port, plan.settings, "reading the board type", "exec", heapcheck.BOARD_SCRIPT)
+    try:
+        reading = heapcheck.parse_reading(out)
+    except heapcheck.HeapInfoError as e:
+        raise DeployError(str(e)) from None
+    got = str(reading.get("platform") or "")
     want = BOARD_PLATFORMS.get(plan.board)
     if got != want:
-        named = {v: k for k, v in BOARD_PLATFORMS.items()}.get(got or "")
+        named = {v: k for k, v in BOARD_PLATFORMS.items()}.get(got)
         raise DeployError(
             f"the board at {port} is not a {plan.board} board: it runs MicroPython for {got or 'an unknown port'}"
             + (f" (--board {named})" if named else "")
         )
+    return reading
 
 
 def _mpremote(port: str, settings: dict, what: str, *args: str, timeout: float = 120) -> str:
@@ -298,15 +303,10 @@ def _wait_back(port: str, timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
-def check_heap(port: str, plan: Plan, force: bool = False, log=print) -> heapcheck.Estimate:
-    """The board's free heap against what the plan's config needs (mqbatch.fleet.heapcheck),
-    before anything is copied: DeployError with both figures and the largest term when it
-    cannot fit, unless force (then a warning)."""
-    out = _mpremote(port, plan.settings, "reading the board's heap", "exec", heapcheck.BOARD_SCRIPT)
-    try:
-        reading = heapcheck.parse_reading(out)
-    except heapcheck.HeapInfoError as e:
-        raise DeployError(str(e)) from None
+def check_heap(port: str, plan: Plan, reading: dict, force: bool = False, log=print) -> heapcheck.Estimate:
+    """The board's free heap (`reading`: check_board's) against what the plan's config needs
+    (mqbatch.fleet.heapcheck), before anything is copied: DeployError with both figures and
+    the largest term when it cannot fit, unless force (then a warning)."""
     est = heapcheck.estimate(plan.config, reading, heapcheck.install_kind(reading, not plan.config_only))
     line = heapcheck.describe(est)
     for note in est.notes:
@@ -328,8 +328,7 @@ def deploy(plan: Plan, port: str, reset: bool = True, log=print, force: bool = F
     """Copy the plan's files to the board at `port`, verify their SHA-256, reset. First: the
     board must be of the plan's type and have the heap the plan's config needs (force: warn)."""
     check_port(port)
-    check_board(port, plan)
-    check_heap(port, plan, force, log)
+    check_heap(port, plan, check_board(port, plan), force, log)
     _mpremote(port, plan.settings, "removing stale module files", "exec", _CLEAN_SCRIPT % json.dumps(plan.remove))
     names = sorted(plan.files)
     log(f"deploy: copying {len(names)} files to {port}")
