@@ -5,7 +5,11 @@ small and a default heap) is tests/fleet/test_deploy.py::test_deploy_refuses_a_c
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -43,6 +47,37 @@ def test_the_board_script_reads_the_unix_port():
     assert 120_000 < r["free"] < 131_072 and r["alloc"] > 0
     with pytest.raises(heapcheck.HeapInfoError, match="did not report its heap"):
         heapcheck.parse_reading("Traceback ...\nMemoryError")
+
+
+def test_the_board_script_reads_a_32_bit_port(tmp_path):
+    """The same script in the 32-bit WebAssembly port (tests/mpy32): sys.maxsize 2**31 - 1
+    makes the estimate take the 32-bit figures."""
+    pkg = pathlib.Path(os.environ.get("MQBATCH_WASM32") or pathlib.Path(sys.prefix) / "wasm32")
+    pkg = pkg / "node_modules" / "@micropython" / "micropython-webassembly-pyscript"
+    if shutil.which("node") is None or not (pkg / "micropython.mjs").is_file():
+        pytest.skip("node or the 32-bit WebAssembly MicroPython is not installed (tools/bootstrap.sh)")
+    (tmp_path / "probe.py").write_text(heapcheck.BOARD_SCRIPT)
+    runner = pathlib.Path(__file__).resolve().parents[1] / "mpy32" / "run_wasm32.mjs"
+    proc = subprocess.run(
+        [
+            "node",
+            str(runner),
+            str(pkg),
+            "--put",
+            f"{tmp_path}=/flash",
+            "--cwd",
+            "/flash",
+            "--script",
+            "/flash/probe.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    r = heapcheck.parse_reading(proc.stdout)
+    assert r["maxsize"] == 2**31 - 1 and r["free"] > 0 and r["app"] is None
+    est = heapcheck.estimate(merged("unix"), r, "files")
+    assert est.largest[0] == "firmware (measured, 32-bit WebAssembly port, .mpy files)"
 
 
 def test_the_need_follows_the_config():
