@@ -58,7 +58,7 @@ try:
     # just before, App() finds them here whatever the imports left. The start-up-only
     # modules are loaded under it too (mqb_app.main and Outbox unload them once used):
     # loaded later they would take that run, and their holes the TLS handshake's.
-    reserve = bytearray(2560)
+    reserve = bytearray(3328)
     import mqb_app
     import mqb_config, mqb_outbox_recover  # noqa: E401  (one statement: the reserve above is tuned to this bytecode)
 

@@ -60,6 +60,7 @@ for m in cfg.get("_probe_imports", ()):     # modules one at a time, in this ord
     gc.collect()
     print("IMPORT", m, gc.mem_alloc() - a1)
     a1 = gc.mem_alloc()
+cfg.pop("_probe_imports", None)     # not a config key (mqb_config refuses unknown keys)
 import mqb_app
 #-- call
 gc.collect()

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
+import time
+
+import pytest
 
 from mqbatch.lab.vboard import VirtualBoard
 from mqbatch.util.paths import BOARDS, FIRMWARE
@@ -203,11 +207,83 @@ def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
     assert proc.returncode == 1 and "broker.port must be a number, got '8883'" in proc.stderr
 
 
-def test_every_board_template_passes_the_firmware_config_check():
-    from mqbatch.fleet.deploy import BOARD_NAMES, check_config
+def test_deploy_refuses_an_unknown_key_naming_its_path_and_the_closest(tmp_path):
+    """broker.prot for broker.port: `mqbatch deploy` reported success and the device retried
+    port 8883 forever (issue 26.1). Unknown keys anywhere are refused, before anything is
+    built, by the firmware's own schema (mqb_config, run in the Unix port)."""
+    base = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    nested = json.loads(json.dumps(base))
+    nested["broker"]["prot"] = 1883
+    for cfg, message in [
+        (nested, "unknown key 'broker.prot' (did you mean 'broker.port'?)"),
+        (dict(base, sampel_hz=5), "unknown key 'sampel_hz' (did you mean 'sample_hz'?)"),
+        (dict(base, flush={"max_count": 10, "max_byte": 512}), "unknown key 'flush.max_byte' (did you mean"),
+        (dict(base, wifi={"ssid": "home", "password": "pw"}), "unknown key 'wifi' (a setting of another board"),
+        (dict(base, colour="red"), "unknown key 'colour' (the firmware's own check"),
+    ]:
+        proc = deploy_cmd(tmp_path, cfg)
+        assert proc.returncode == 1 and message in proc.stderr, (message, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "config " in proc.stderr
+        assert not (tmp_path / "build").exists()
+
+
+def test_every_board_template_passes_the_firmware_config_check_once_filled_in(tmp_path):
+    """The templates hold only known keys; the Wi-Fi boards' placeholders are refused by
+    name (issue 26.2: a board given your-ssid never joins) until real ones replace them."""
+    from mqbatch.fleet.deploy import BOARD_NAMES, DeployError, check_config
 
     for board in BOARD_NAMES:
-        assert check_config(BOARDS / board / "config.template.json", board)["broker"]["host"]
+        template = BOARDS / board / "config.template.json"
+        if board == "unix":
+            assert check_config(template, board)["broker"]["host"]
+            continue
+        with pytest.raises(DeployError, match="wifi.ssid is the template's placeholder 'your-ssid'"):
+            check_config(template, board)
+        cfg = json.loads(template.read_text())
+        cfg["wifi"]["ssid"] = "home"
+        (tmp_path / "c.json").write_text(json.dumps(cfg))
+        with pytest.raises(DeployError, match="wifi.password is the template's placeholder"):
+            check_config(tmp_path / "c.json", board)
+        cfg["wifi"]["password"] = "a-real-one"
+        (tmp_path / "c.json").write_text(json.dumps(cfg))
+        assert check_config(tmp_path / "c.json", board)["wifi"]["ssid"] == "home"
+        # the other board's pins are not this board's
+        cfg["hw"] = {"vsys_adc_pin": 26} if board == "esp32" else {"vbat_adc_pin": 35}
+        (tmp_path / "c.json").write_text(json.dumps(cfg))
+        with pytest.raises(DeployError, match="unknown key 'hw.v.*' \\(a setting of another board"):
+            check_config(tmp_path / "c.json", board)
+
+
+def test_a_board_booting_a_refused_config_says_why_and_stays_reachable(tmp_path):
+    """On the device (a config copied by hand, or by an older mqbatch): the firmware's
+    check at boot logs one named line and does not run, instead of rebooting every 5 s;
+    the board stays at its REPL, where a corrected deploy reaches it."""
+    cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    cfg["broker"].update(tls=False, ca=None, port=1)
+    (tmp_path / "good.json").write_text(json.dumps(cfg))
+    cfg["broker"]["prot"] = cfg["broker"].pop("port")
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    flash = tmp_path / "board"
+    with VirtualBoard(flash) as vb:
+        ok = deploy_cmd(tmp_path, json.loads((tmp_path / "good.json").read_text()), str(vb.tty), "--no-reset")
+        assert ok.returncode == 0, ok.stderr
+    vb.put({"config.json": tmp_path / "bad.json"})  # past the host's check
+    seen = vb.console_log.stat().st_size  # the deploy's mpremote session is in the log too
+    with VirtualBoard(flash) as vb:
+        vb.wait_boot(1)
+        deadline = time.monotonic() + 30
+        log = ""
+        while "mqb: config.json refused" not in log and time.monotonic() < deadline:
+            time.sleep(0.2)
+            log = vb.console_log.read_bytes()[seen:].decode(errors="replace")
+        time.sleep(6)  # longer than the 5 s a fatal error waits before its reset
+        log = vb.console_log.read_bytes()[seen:].decode(errors="replace")
+        assert "mqb: config.json refused, not running: unknown key 'broker.prot' (did you mean 'broker.port'?)" in log
+        assert "restarting" not in log and "Traceback" not in log and vb.boots == 1, log
+        # still a board: the corrected config deploys and verifies
+        fixed = deploy_cmd(tmp_path, json.loads((tmp_path / "good.json").read_text()), str(vb.tty), "--config-only")
+        assert fixed.returncode == 0, fixed.stderr
+        assert "verified" in fixed.stdout
 
 
 def test_wrong_port_is_one_clear_line(tmp_path):
@@ -267,6 +343,7 @@ def test_deploy_names_the_wrong_board_type(tmp_path):
     what the board is (it used to fail later with a bare OSError [Errno 5])."""
     cfg = json.loads((BOARDS / "esp32" / "config.template.json").read_text())
     cfg["broker"].update(tls=False, ca=None, port=1)
+    cfg["wifi"].update(ssid="home", password="a-real-one")  # the template's placeholders are refused first
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with VirtualBoard(tmp_path / "board") as vb:
         proc = subprocess.run(
@@ -290,3 +367,46 @@ def test_deploy_names_the_wrong_board_type(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "is not a esp32 board: it runs MicroPython for linux (--board unix)" in proc.stderr, proc.stderr
     assert "Errno" not in proc.stderr and names == [], names
+
+
+def _figures(text: str) -> tuple[int, int]:
+    m = re.search(r"needs about ([\d,]+) B of heap and the board has ([\d,]+) B", text)
+    assert m, text
+    return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+
+
+def test_deploy_refuses_a_config_the_board_heap_cannot_hold(tmp_path):
+    """Issue 25.3: deploy reads the board's free heap (mpremote exec) before copying and
+    refuses, in one line with both figures and the largest term, a config that cannot fit;
+    --force deploys anyway with a warning. A virtual board with a 96 KB heap: the firmware as
+    .mpy files (about 104 KB) cannot run there, and with --force it indeed fails at start-up
+    with a MemoryError; in the default heap (256 KB) the same deploy passes."""
+    cfg = json.loads((BOARDS / "unix" / "config.template.json").read_text())
+    cfg["broker"].update(tls=False, ca=None, port=1)
+    with VirtualBoard(tmp_path / "small", heapsize="96K") as vb:
+        proc = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "does not fit the heap of the board" in proc.stderr and "--force" in proc.stderr
+        assert "largest term: firmware (measured, 64-bit Unix port, .mpy files)" in proc.stderr
+        need, have = _figures(proc.stderr)
+        assert have < need and 80_000 < have < 98_304, (need, have)
+        assert not [n for n in vb.listdir() if n.startswith("mqb_")], "nothing is copied"
+        seen = vb.console_log.stat().st_size if vb.console_log.exists() else 0
+        forced = deploy_cmd(tmp_path, cfg, str(vb.tty), "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert "warning: the config does not fit the board's heap, deploying anyway (--force)" in forced.stdout
+        deadline = time.monotonic() + 30
+        log = ""
+        while "MemoryError" not in log and time.monotonic() < deadline:
+            time.sleep(0.2)
+            log = vb.console_log.read_bytes()[seen:].decode(errors="replace")
+        assert "MemoryError" in log, log[-1500:]  # the refusal was right: it does not start
+    with VirtualBoard(tmp_path / "default") as vb:
+        ok = deploy_cmd(tmp_path, cfg, str(vb.tty), "--no-reset")
+        assert ok.returncode == 0, ok.stderr
+        need_ok, have_ok = _figures(ok.stdout)
+        assert need_ok == need and need_ok < have_ok, ok.stdout
+        # the need follows the config: 2 x 100 KB batch buffers do not fit 256 KB
+        big = deploy_cmd(tmp_path, dict(cfg, flush={"max_bytes": 100_000}), str(vb.tty), "--no-reset")
+        assert big.returncode == 1 and "does not fit the heap" in big.stderr, big.stderr
+        assert "largest term: batch buffers 2 x (100000 + 160) 200,320 B" in big.stderr

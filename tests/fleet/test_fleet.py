@@ -318,6 +318,30 @@ def test_esp32_device_config_from_the_template(fleet_dir, tmp_path, capsys):
     assert "no Wi-Fi settings" in capsys.readouterr().err and not (d / "devices" / "porch-5").exists()
 
 
+def test_add_checks_each_config_with_the_firmware_rules_before_any_change(fleet_dir, monkeypatch):
+    """`fleet add` writes configs from the board's template: each is checked by the
+    firmware's own schema (mqb_config in the Unix port) before anything changes, so a
+    template the board would refuse (a typo'd key, the Wi-Fi placeholders) fails here,
+    not at the board's boot."""
+    from mqbatch.fleet import provision
+
+    d, _ = fleet_dir
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    with pytest.raises(provision.FleetError, match="wifi.ssid is the template's placeholder 'your-ssid'"):
+        provision.add(d, ["porch-9"], board="esp32")  # the API without Wi-Fi (the CLI asks for --wifi-ssid)
+    real = provision._device_config
+
+    def typo(*args):
+        cfg = real(*args)
+        cfg["broker"]["prot"] = cfg["broker"].pop("port")
+        return cfg
+
+    monkeypatch.setattr(provision, "_device_config", typo)
+    with pytest.raises(provision.FleetError, match=r"porch-9: config: unknown key 'broker.prot' \(did you mean"):
+        provision.add(d, ["porch-9"], board="unix")
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+
+
 def test_init_with_your_own_ca_and_a_dns_name(tmp_path, capsys):
     from cryptography import x509
 

@@ -1,6 +1,6 @@
 """`mqbatch deploy --port PORT --board esp32|rp2040|unix --config FILE [--config-only]`
 
-The config is checked first with the firmware's own rules (mqb_app.make_config in
+The config is checked first with the firmware's own schema and rules (mqb_config.make_config in
 the MicroPython Unix port): a config the board would refuse at boot is refused here.
 
     mqbatch deploy --board esp32 --print-template > my-device.json   # the board's config template
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     build_dir = pathlib.Path(args.build_dir or ROOT / "build" / args.board)
     try:
         plan = deploy.build(args.board, pathlib.Path(args.config), build_dir, config_only=args.config_only)
-        deploy.deploy(plan, args.port, reset=not args.no_reset)
+        deploy.deploy(plan, args.port, reset=not args.no_reset, force=args.force)
     except deploy.DeployError as e:
         print(f"mqbatch deploy: {e}", file=sys.stderr)
         return 1
@@ -64,6 +64,12 @@ def register(sub) -> None:
     )
     p.add_argument("--build-dir", help="where to put compiled files (default build/BOARD)")
     p.add_argument("--no-reset", action="store_true", help="do not reset the board after verifying")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="deploy even when the board's free heap is below what the config needs (a warning instead of "
+        "the refusal; docs/application.md 'Heap check')",
+    )
     p.add_argument(
         "--config-only",
         action="store_true",

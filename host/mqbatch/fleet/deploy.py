@@ -20,6 +20,7 @@ import pathlib
 import shutil
 import subprocess
 
+from mqbatch.fleet import heapcheck
 from mqbatch.util.paths import BOARDS, FIRMWARE, micropython_env, micropython_exe, venv_tool
 from mqbatch.util.rundir import DirNotOurs, fresh_dir
 
@@ -39,6 +40,8 @@ class Plan:
     files: dict[str, pathlib.Path]  # name on the board -> local file
     settings: dict  # boards/<board>/deploy.json
     remove: list[str] = dataclasses.field(default_factory=list)  # stale files removed from the flash root first
+    config: dict = dataclasses.field(default_factory=dict)  # the config over the firmware's defaults
+    config_only: bool = False  # the modules are frozen or already installed (not copied)
 
     def hashes(self) -> dict[str, str]:
         return {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in sorted(self.files.items())}
@@ -110,16 +113,16 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
     return files
 
 
-# Runs in the MicroPython Unix port: the firmware's own config rules (mqb_config.make_config)
-# on the config file given as argument; prints CONFIG-OK or CONFIG-ERROR and the reason.
+# Runs in the MicroPython Unix port: the firmware's own config rules and schema
+# (mqb_config.make_config: known keys, types, ranges, Wi-Fi) on the config read from
+# stdin, for the board named by the argument; prints CONFIG-OK or CONFIG-ERROR and the reason.
 _CHECK_SCRIPT = """
 import sys, json
 import mqb_config
-with open(sys.argv[1]) as f:
-    user = json.load(f)
+user = json.loads(sys.stdin.read())
 try:
-    mqb_config.make_config(user)
-    print('CONFIG-OK')
+    cfg = mqb_config.make_config(user, sys.argv[1])
+    print('CONFIG-OK ' + json.dumps(cfg))
 except mqb_config.ConfigError as e:
     print('CONFIG-ERROR', e.args[0])
 """
@@ -129,24 +132,39 @@ def check_config(config_path: pathlib.Path, board: str = "unix") -> dict:
     """Read the device config and check it with the firmware's own rules
     (mqb_config.make_config, run in the Unix port), as the board will at boot.
     Returns the parsed config; raises DeployError naming the key and what it must be."""
+    return _checked_config(config_path, board)[0]
+
+
+def _checked_config(config_path: pathlib.Path, board: str) -> tuple[dict, dict]:
+    """(the config as read, as the firmware makes it over its defaults)."""
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DeployError(f"cannot read config {config_path}: {e}") from None
     if not isinstance(config, dict):
         raise DeployError(f"config {config_path}: must be a JSON object (see boards/{board}/config.template.json)")
-    # the rules are board-independent; the unix board module lets mqb_app import on the host
-    cmd = [str(micropython_exe()), "-c", _CHECK_SCRIPT, str(config_path.resolve())]
+    return config, check_config_data(config, board, f"config {config_path}")
+
+
+def check_config_data(config: dict, board: str, what: str = "config") -> dict:
+    """Check a config (a dict) with the firmware's own rules for `board`, as the board will
+    at boot; raises DeployError starting with `what`. Returns the config as the firmware
+    makes it (over its defaults). No file is written: the config (with its secrets) goes
+    to the Unix port on stdin."""
+    # the board's name selects its keys (wifi, hw); the unix board module lets mqb_config import
+    cmd = [str(micropython_exe()), "-c", _CHECK_SCRIPT, board]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=micropython_env("unix"))
+        proc = subprocess.run(
+            cmd, input=json.dumps(config), capture_output=True, text=True, timeout=60, env=micropython_env("unix")
+        )
     except subprocess.TimeoutExpired:
         raise DeployError("the firmware's config check did not finish within 60 s") from None
     last = (proc.stdout.strip().splitlines() or [""])[-1]
-    if last == "CONFIG-OK":
-        return config
+    if last.startswith("CONFIG-OK "):
+        return json.loads(last[len("CONFIG-OK ") :])
     if last.startswith("CONFIG-ERROR "):
         raise DeployError(
-            f"config {config_path}: {last[len('CONFIG-ERROR ') :]} "
+            f"{what}: {last[len('CONFIG-ERROR ') :]} "
             f"(the firmware's own check, mqb_config.make_config; see boards/{board}/config.template.json)"
         )
     raise DeployError(
@@ -161,7 +179,7 @@ def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path, config
     installed in /lib (mip): only main.py, the config and its certificate files,
     and every firmware/board module file in the flash root is removed (they would
     shadow the frozen or /lib modules: '' comes first in sys.path)."""
-    config = check_config(config_path, board)
+    config, merged = _checked_config(config_path, board)
     settings = board_settings(board)
     if config_only:
         _fresh_build_dir(build_dir)
@@ -183,7 +201,7 @@ def build(board: str, config_path: pathlib.Path, build_dir: pathlib.Path, config
         with open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             f.write(src.read_bytes())
         files[name] = dst
-    return Plan(board, build_dir, files, settings, remove)
+    return Plan(board, build_dir, files, settings, remove, merged, config_only)
 
 
 # Runs on the board: prints {"name": sha256-hex or null} for the given names.
@@ -222,19 +240,24 @@ for n in %s:
 BOARD_PLATFORMS = {"esp32": "esp32", "rp2040": "rp2", "unix": "linux"}
 
 
-def check_board(port: str, plan: Plan) -> None:
-    """The board at `port` must be of the plan's type (its sys.platform), before anything is copied."""
-    out = _mpremote(
-        port, plan.settings, "reading the board type", "exec", "import sys; print('PLATFORM', sys.platform)"
-    )
-    got = next((ln.split()[1] for ln in out.splitlines() if ln.startswith("PLATFORM ") and len(ln.split()) == 2), None)
+def check_board(port: str, plan: Plan) -> dict:
+    """The board at `port` must be of the plan's type (its sys.platform), before anything is
+    copied. Returns what it reported (mqbatch.fleet.heapcheck.BOARD_SCRIPT: its type and heap,
+    read in the same mpremote step: each costs a soft reset, ~2 s on a virtual board)."""
+    out = _mpremote(port, plan.settings, "reading the board type", "exec", heapcheck.BOARD_SCRIPT)
+    try:
+        reading = heapcheck.parse_reading(out)
+    except heapcheck.HeapInfoError as e:
+        raise DeployError(str(e)) from None
+    got = str(reading.get("platform") or "")
     want = BOARD_PLATFORMS.get(plan.board)
     if got != want:
-        named = {v: k for k, v in BOARD_PLATFORMS.items()}.get(got or "")
+        named = {v: k for k, v in BOARD_PLATFORMS.items()}.get(got)
         raise DeployError(
             f"the board at {port} is not a {plan.board} board: it runs MicroPython for {got or 'an unknown port'}"
             + (f" (--board {named})" if named else "")
         )
+    return reading
 
 
 def _mpremote(port: str, settings: dict, what: str, *args: str, timeout: float = 120) -> str:
@@ -280,10 +303,32 @@ def _wait_back(port: str, timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
-def deploy(plan: Plan, port: str, reset: bool = True, log=print) -> dict[str, str]:
-    """Copy the plan's files to the board at `port`, verify their SHA-256, reset."""
+def check_heap(port: str, plan: Plan, reading: dict, force: bool = False, log=print) -> heapcheck.Estimate:
+    """The board's free heap (`reading`: check_board's) against what the plan's config needs
+    (mqbatch.fleet.heapcheck), before anything is copied: DeployError with both figures and
+    the largest term when it cannot fit, unless force (then a warning)."""
+    est = heapcheck.estimate(plan.config, reading, heapcheck.install_kind(reading, not plan.config_only))
+    line = heapcheck.describe(est)
+    for note in est.notes:
+        log(f"deploy: heap: note: {note}")
+    if est.fits:
+        log(f"deploy: heap: {line}")
+    elif force:
+        log(f"deploy: warning: the config does not fit the board's heap, deploying anyway (--force): {line}")
+    else:
+        raise DeployError(
+            f"the config does not fit the heap of the board at {port}: {line} "
+            "(docs/application.md 'Heap check'; smaller flush.max_bytes or outbox, no e2e_ack, a frozen image; "
+            "--force to deploy anyway)"
+        )
+    return est
+
+
+def deploy(plan: Plan, port: str, reset: bool = True, log=print, force: bool = False) -> dict[str, str]:
+    """Copy the plan's files to the board at `port`, verify their SHA-256, reset. First: the
+    board must be of the plan's type and have the heap the plan's config needs (force: warn)."""
     check_port(port)
-    check_board(port, plan)
+    check_heap(port, plan, check_board(port, plan), force, log)
     _mpremote(port, plan.settings, "removing stale module files", "exec", _CLEAN_SCRIPT % json.dumps(plan.remove))
     names = sorted(plan.files)
     log(f"deploy: copying {len(names)} files to {port}")

@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import serialization
 
 from mqbatch.fleet import live, units
 from mqbatch.fleet.brokerconf import RECORDER, RECORDER_CLIENT_ID, Policy, firewall_rules, password_hash
-from mqbatch.fleet.deploy import BOARD_NAMES
+from mqbatch.fleet.deploy import BOARD_NAMES, DeployError, check_config_data
 from mqbatch.fleet.pki import issue_client, issue_server, load_ca, make_ca, write_crl
 from mqbatch.util.paths import BOARDS, DYNSEC_PLUGIN
 from mqbatch.util.private import private_dir, write_private
@@ -480,6 +480,10 @@ def add(
             wifi_pw = wifi_pw if wifi_pw is not None else old_wifi.get("password")
         configs[dev] = _device_config(board, dev, passwords[dev], state, ssid, wifi_pw)
         configs[dev]["hmac_key"] = hmac_keys[dev].hex()  # the device signs each batch (docs/format.md)
+        try:  # the firmware's own rules (unknown keys, types, Wi-Fi placeholders), as the board at boot
+            check_config_data(configs[dev], board, f"{dev}: config")
+        except DeployError as e:
+            raise FleetError(str(e)) from None
     ca_der = (fd.pki / "ca.der").read_bytes()
     now = _now()
     for dev in device_ids:
