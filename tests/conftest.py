@@ -30,7 +30,12 @@ FAST_DEVICE_MODULES = ("mp_test_codec", "mp_test_record", "mp_test_mqtt_packet")
 # mid-batch, the JVM/Python differential) run beside the job's tests, not after them.
 SPARK_SECOND_GROUP = ("tests/spark/test_spark_cli.py", "tests/spark/test_jvm_decode.py")
 # Modules whose module-scoped fixtures are worth building once, not once per worker.
-ONE_WORKER_MODULES = {"tests/test_wheel.py": "wheel"}  # a wheel built, a venv made, installed
+ONE_WORKER_MODULES = {
+    "tests/test_wheel.py": "wheel",  # a wheel built, a venv made, installed
+    "tests/test_tiers.py": "tiers",  # a --collect-only of tests/
+}
+# Session fixtures worth running once: the tests that use one run on one worker.
+ONE_WORKER_FIXTURES = {"bench_all_quick": "bench-all-quick"}  # tests/bench/conftest.py
 
 
 class MpyFile(pytest.File):
@@ -87,8 +92,8 @@ def pytest_collection_modifyitems(config, items):
 
     - every test that uses the shared SparkSession runs on the worker of its Spark group:
       one JVM per group, not one per worker (two groups: SPARK_SECOND_GROUP);
-    - the tests of ONE_WORKER_MODULES run on one worker, so their module fixtures are
-      built once;
+    - the tests of ONE_WORKER_MODULES, and those using a fixture of ONE_WORKER_FIXTURES,
+      run on one worker, so those fixtures are built once;
     - the `slow` tests outside a group are handed out first (longest first, the rest fill
       in around them), so that no worker starts a minutes-long test near the end of the run.
     Without xdist the order is pytest's own."""
@@ -101,13 +106,38 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
         elif path in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(ONE_WORKER_MODULES[path]))
+        else:
+            shared = [g for f, g in ONE_WORKER_FIXTURES.items() if f in getattr(item, "fixturenames", ())]
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(shared[0]))
         if ALL_MARKERS in config.stash:
             config.stash[ALL_MARKERS][item.nodeid] = sorted({m.name for m in item.iter_markers()})
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup") and not os.environ.get(NO_GROUP_NAMES):
+        for item in items:
+            name_group(item)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         slow = [i for i in items if i.get_closest_marker("slow") and not i.get_closest_marker("xdist_group")]
         if slow:
             first = set(slow)
             items[:] = slow + [i for i in items if i not in first]
+
+
+NO_GROUP_NAMES = "MQBATCH_TEST_NO_GROUP_NAMES"  # set: as pytest-xdist alone does (tests/test_tiers.py)
+
+
+def name_group(item) -> None:
+    """`--dist loadgroup` schedules by node id: a test of group G must be reported as
+    "NODEID@G". pytest-xdist 3.8 appends it to `item._nodeid`, which pytest 9 no longer reads
+    (the id is `item._id`, a NodeId): every xdist_group was ignored and each worker started
+    its own JVM. This names the group where pytest 9 reads it (tests/test_tiers.py checks that
+    a group lands on one worker)."""
+    from _pytest.nodeid import NodeId
+
+    groups = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    if groups and not item.nodeid.endswith("@" + "_".join(groups)):
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def pytest_collection_finish(session):

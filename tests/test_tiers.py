@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -162,3 +163,43 @@ def test_a_marker_counts_as_registered_only_with_a_description():
     assert {"fast", "slow", "broker", "spark"} <= registered_markers((ROOT / "pyproject.toml").read_text("utf-8"))
     text = '[tool.pytest.ini_options]\nmarkers = ["fast: the fast tier", "slow:", "spark"]\n'
     assert registered_markers(text) == {"fast"}
+
+
+def grouping_problems(verbose_output: str, group: str) -> list[str]:
+    """From `pytest -n N --dist loadgroup -v` output: what is wrong with the tests of
+    `group` (each must be reported as NODEID@group, all from one worker)."""
+    runs = re.findall(r"^\[(gw\d+)\] \[ *\d+%\] PASSED (\S+)", verbose_output, re.M)
+    if not runs:
+        return ["no test passed"]
+    problems = [
+        f"{nodeid} is not reported as part of group {group!r}" for _, nodeid in runs if not nodeid.endswith("@" + group)
+    ]
+    workers = sorted({w for w, _ in runs})
+    if len(workers) > 1:
+        problems.append(f"group {group!r} ran on {len(workers)} workers: {', '.join(workers)}")
+    return problems
+
+
+def run_grouped(env_extra: dict) -> str:
+    env = dict(os.environ, **env_extra)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"]
+        + ["tests/test_tiers.py", "-k", "checker_sees or only_with_a_description"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_an_xdist_group_runs_on_one_worker():
+    """`make test`'s --dist loadgroup keeps a group (one SparkSession, one wheel build) on one
+    worker. With pytest 9 it did not (tests/conftest.py name_group): the same run without
+    the group names shows the tests of tests/test_tiers.py outside their group."""
+    assert grouping_problems(run_grouped({}), "tiers") == []
+    broken = grouping_problems(run_grouped({"MQBATCH_TEST_NO_GROUP_NAMES": "1"}), "tiers")
+    assert any("is not reported as part of group 'tiers'" in p for p in broken), broken

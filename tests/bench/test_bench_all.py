@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-from mqbatch_testing import run_bench
 
-
-def test_bench_all_quick_runs_every_target_and_prints_figures(tmp_path):
-    text = run_bench("all", "--quick", "--out", str(tmp_path), timeout=900)
+def test_bench_all_quick_runs_every_target_and_prints_figures(bench_all_quick):
+    text, tmp_path = bench_all_quick.text, bench_all_quick.out  # the shared run, tests/bench/conftest.py
     headers = re.findall(r"^== mqbatch bench (\w+)", text, re.M)
     assert headers == ["wire", "device", "ingest", "spark", "report"], headers
     assert re.search(r"^mqbatch +100 +[\d.]+ \[[\d.]+\.\.[\d.]+\] +38\.0 +1\.00 ", text, re.M), text  # wire split
