@@ -94,8 +94,9 @@ def pytest_collection_modifyitems(config, items):
       one JVM per group, not one per worker (two groups: SPARK_SECOND_GROUP);
     - the tests of ONE_WORKER_MODULES, and those using a fixture of ONE_WORKER_FIXTURES,
       run on one worker, so those fixtures are built once;
-    - the `slow` tests outside a group are handed out first (longest first, the rest fill
-      in around them), so that no worker starts a minutes-long test near the end of the run.
+    - the `slow` tests outside a group, then the Spark groups, are handed out first (the
+      longest first, the short ones fill in around them), so that no worker starts a
+      minutes-long test near the end of the run.
     Without xdist the order is pytest's own."""
     if all(pathlib.Path(a.split("::")[0]).resolve() == ROOT / "tests" for a in config.args):
         config.stash[ALL_MARKERS] = {}
@@ -116,10 +117,15 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             name_group(item)
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        slow = [i for i in items if i.get_closest_marker("slow") and not i.get_closest_marker("xdist_group")]
-        if slow:
-            first = set(slow)
-            items[:] = slow + [i for i in items if i not in first]
+        items.sort(key=_hand_out_order)
+
+
+def _hand_out_order(item) -> int:
+    """0: a `slow` test outside a group; 1: a test of a Spark group (its JVM starts early, the
+    group is a long chain on one worker); 2: the rest, in collection order (the sort is stable)."""
+    if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
+        return 0
+    return 1 if "spark" in getattr(item, "fixturenames", ()) else 2
 
 
 NO_GROUP_NAMES = "MQBATCH_TEST_NO_GROUP_NAMES"  # set: as pytest-xdist alone does (tests/test_tiers.py)
