@@ -113,9 +113,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.xdist_group(shared[0]))
         if ALL_MARKERS in config.stash:
             config.stash[ALL_MARKERS][item.nodeid] = sorted({m.name for m in item.iter_markers()})
-    if os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup") and not os.environ.get(NO_GROUP_NAMES):
-        for item in items:
-            name_group(item)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_hand_out_order)
 
@@ -146,9 +143,16 @@ def name_group(item) -> None:
         item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):
-    """MQBATCH_DUMP_MARKERS=<file>: write {node id: [marker names]} of the collected tests
+    """In an xdist worker under --dist loadgroup: name each test's group (name_group), after
+    -k/-m/--deselect chose the tests and before the worker reports its collection.
+    MQBATCH_DUMP_MARKERS=<file>: write {node id: [marker names]} of the collected tests
     (tests/test_tiers.py checks the tiers from it)."""
+    config = session.config
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup") and not os.environ.get(NO_GROUP_NAMES):
+        for item in session.items:
+            name_group(item)
     target = os.environ.get("MQBATCH_DUMP_MARKERS")
     if target:
         import json
