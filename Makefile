@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 3
 test: setup
 	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 $(PYTEST_ARGS)
 
-# The fast tier (docs/testing.md): the most important check of each area, < 3 min on 2 cores.
+# The fast tier (docs/testing.md): the most important check of each area; budget 3 min on 2 cores.
 test-fast: setup
 	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 -m fast $(PYTEST_ARGS)
 
