@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets itself up (tools/bootstrap.sh).
-.PHONY: demo test setup bench clean
+.PHONY: demo test test-fast setup bench clean
 
 demo: setup
 	.venv/bin/mqbatch demo
@@ -11,6 +11,10 @@ demo: setup
 PYTEST_WORKERS ?= 3
 test: setup
 	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 $(PYTEST_ARGS)
+
+# The fast tier (docs/testing.md): the most important check of each area; budget 3 min on 2 cores.
+test-fast: setup
+	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 -m fast $(PYTEST_ARGS)
 
 setup:
 	@tools/bootstrap.sh

@@ -16,16 +16,38 @@ import subprocess
 import pytest
 
 from mqbatch_testing import MICROPYTHON, ROOT, mpy_env
+from mqbatch_testing.tiers import ALL_MARKERS
 
 pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch_testing.spark"]
+
+
+# -- test tiers (docs/testing.md; checked by tests/test_tiers.py) --------------------------
+# The device test modules whose every test is in the fast tier (`make test-fast`): the
+# codec, the records and the MQTT packets, a few seconds each in the Unix port.
+FAST_DEVICE_MODULES = ("mp_test_codec", "mp_test_record", "mp_test_mqtt_packet")
+# The tests that use the shared SparkSession run on one worker per group (one JVM each):
+# these files form a second group, so that the two longest Spark chains (the stream killed
+# mid-batch, the JVM/Python differential) run beside the job's tests, not after them.
+SPARK_SECOND_GROUP = ("tests/spark/test_spark_cli.py", "tests/spark/test_jvm_decode.py")
+# Modules whose module-scoped fixtures are worth building once, not once per worker.
+ONE_WORKER_MODULES = {
+    "tests/test_wheel.py": "wheel",  # a wheel built, a venv made, installed
+    "tests/test_tiers.py": "tiers",  # a --collect-only of tests/
+}
+# Session fixtures worth running once: the tests that use one run on one worker.
+ONE_WORKER_FIXTURES = {"bench_all_quick": "bench-all-quick"}  # tests/bench/conftest.py
 
 
 class MpyFile(pytest.File):
     def collect(self):
         tree = ast.parse(self.path.read_text(encoding="utf-8"))
+        fast = self.path.stem in FAST_DEVICE_MODULES
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                yield MpyItem.from_parent(self, name=node.name)
+                item = MpyItem.from_parent(self, name=node.name)
+                if fast:
+                    item.add_marker(pytest.mark.fast)
+                yield item
 
 
 class MpyFailure(Exception):
@@ -64,9 +86,76 @@ def pytest_collect_file(parent, file_path: pathlib.Path):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), every test that uses
-    the shared SparkSession runs on one worker: one JVM, not one per worker."""
+    """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`):
+
+    - every test that uses the shared SparkSession runs on the worker of its Spark group:
+      one JVM per group, not one per worker (two groups: SPARK_SECOND_GROUP);
+    - the tests of ONE_WORKER_MODULES, and those using a fixture of ONE_WORKER_FIXTURES,
+      run on one worker, so those fixtures are built once;
+    - the `slow` tests outside a group, then the Spark groups, are handed out first (the
+      longest first, the short ones fill in around them), so that no worker starts a
+      minutes-long test near the end of the run.
+    Without xdist the order is pytest's own."""
+    if all(pathlib.Path(a.split("::")[0]).resolve() == ROOT / "tests" for a in config.args):
+        config.stash[ALL_MARKERS] = {}
     for item in items:
+        path = item.nodeid.split("::", 1)[0]
         if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark-session"))
+            group = "spark-session-2" if path in SPARK_SECOND_GROUP else "spark-session"
+            item.add_marker(pytest.mark.xdist_group(group))
+        elif path in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(ONE_WORKER_MODULES[path]))
+        else:
+            shared = [g for f, g in ONE_WORKER_FIXTURES.items() if f in getattr(item, "fixturenames", ())]
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(shared[0]))
+        if ALL_MARKERS in config.stash:
+            config.stash[ALL_MARKERS][item.nodeid] = sorted({m.name for m in item.iter_markers()})
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_hand_out_order)
+
+
+def _hand_out_order(item) -> int:
+    """0: a `slow` test outside a group; 1: a test of a Spark group (its JVM starts early, the
+    group is a long chain on one worker); 2: the rest, in collection order (the sort is stable)."""
+    if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
+        return 0
+    return 1 if "spark" in getattr(item, "fixturenames", ()) else 2
+
+
+NO_GROUP_NAMES = "MQBATCH_TEST_NO_GROUP_NAMES"  # set: as pytest-xdist alone does (tests/test_tiers.py)
+
+
+def name_group(item) -> None:
+    """`--dist loadgroup` schedules by node id: a test of group G must be reported as
+    "NODEID@G". pytest-xdist 3.8 appends it to `item._nodeid`, which pytest 9 no longer reads
+    (the id is `item._id`, a NodeId): every xdist_group was ignored and each worker started
+    its own JVM. This names the group where pytest 9 reads it (tests/test_tiers.py checks that
+    a group lands on one worker)."""
+    from _pytest.nodeid import NodeId
+
+    groups = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    if groups and not item.nodeid.endswith("@" + "_".join(groups)):
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session):
+    """In an xdist worker under --dist loadgroup: name each test's group (name_group), after
+    -k/-m/--deselect chose the tests and before the worker reports its collection.
+    MQBATCH_DUMP_MARKERS=<file>: write {node id: [marker names]} of the collected tests
+    (tests/test_tiers.py checks the tiers from it)."""
+    config = session.config
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup") and not os.environ.get(NO_GROUP_NAMES):
+        for item in session.items:
+            name_group(item)
+    target = os.environ.get("MQBATCH_DUMP_MARKERS")
+    if target:
+        import json
+
+        marks = {i.nodeid: sorted({m.name for m in i.iter_markers()}) for i in session.items}
+        pathlib.Path(target).write_text(json.dumps(marks, indent=0))

@@ -36,6 +36,7 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
 
 
+@pytest.mark.fast
 def test_import_contracts_are_kept():
     r = run([tool("lint-imports"), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=HOST)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -64,6 +65,7 @@ def test_import_contracts_fail_on_a_forbidden_arrow(tmp_path, module, line, cont
     assert any(contract in ln for ln in broken), r.stdout
 
 
+@pytest.mark.fast
 def test_ruff_lint_and_format_are_clean():
     lint = run([tool("ruff"), "check", "--no-cache", "."], cwd=ROOT)
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -87,6 +89,7 @@ def mypy(*targets: str, cwd) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *targets], cwd=cwd)
 
 
+@pytest.mark.fast
 def test_mypy_passes_on_the_product_packages():
     r = mypy(*(f"mqbatch/{p}" for p in PRODUCT), cwd=HOST)
     assert r.returncode == 0, r.stdout + r.stderr

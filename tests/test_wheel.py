@@ -325,6 +325,7 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     reason="the Spark pipeline is not in the package yet (host/mqbatch/spark/, another branch): "
     "`mqbatch spark` from a wheel needs it",
 )
+@pytest.mark.slow
 def test_installed_spark_runs_the_job(venv):
     from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import re
 
-from mqbatch_testing import run_bench
 
-
-def test_bench_all_quick_runs_every_target_and_prints_figures(tmp_path):
-    text = run_bench("all", "--quick", "--out", str(tmp_path), timeout=900)
+def test_bench_all_quick_runs_every_target_and_prints_figures(bench_all_quick):
+    text, tmp_path = bench_all_quick.text, bench_all_quick.out  # the shared run, tests/bench/conftest.py
     headers = re.findall(r"^== mqbatch bench (\w+)", text, re.M)
     assert headers == ["wire", "device", "ingest", "spark", "report"], headers
     assert re.search(r"^mqbatch +100 +[\d.]+ \[[\d.]+\.\.[\d.]+\] +38\.0 +1\.00 ", text, re.M), text  # wire split
@@ -49,3 +47,20 @@ def test_bench_all_quick_runs_every_target_and_prints_figures(tmp_path):
         "## End-to-end latency",
     ):
         assert heading in md, heading
+
+
+def test_each_target_is_checked_on_its_own_section_only(tmp_path):
+    """The per-target tests read their section of the shared run: a figure printed by another
+    target is not in it, and a target that printed no section fails the test."""
+    import pytest
+
+    from mqbatch_testing.bench import BenchRun
+
+    run = BenchRun("== mqbatch bench wire --quick\nwire row\n== mqbatch bench device --quick\ndevice row\n", tmp_path)
+    assert run.section("wire") == "\nwire row\n" and run.section("device") == "\ndevice row\n"
+    with pytest.raises(AssertionError, match="no section for bench ingest"):
+        run.section("ingest")
+    assert (
+        run.command("wire", "--quick")
+        == f"mqbatch bench wire --quick (part of: mqbatch bench all --quick --out {tmp_path})"
+    )

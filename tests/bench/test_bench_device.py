@@ -1,24 +1,20 @@
 """`mqbatch bench device --quick` (issue 15): the CI smoke run of the device benchmark.
 It runs the real MicroPython Unix port against a real Mosquitto over TLS and must print
-every figure; no timing is asserted (figures are read by people, see docs/records.md)."""
+every figure; no timing is asserted (figures are read by people, see docs/records.md).
+The run is the device section of the shared `bench all --quick` (tests/bench/conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import re
-import subprocess
-
-from mqbatch_testing import VENV_BIN
 
 NUMBER = r"[\d,]+(?:\.\d+)? \[[\d,]+(?:\.\d+)?\.\.[\d,]+(?:\.\d+)?\]"
 
 
-def test_bench_device_quick_prints_every_figure():
-    proc = subprocess.run(
-        [str(VENV_BIN / "mqbatch"), "bench", "device", "--quick"], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
-    print(out)
+def test_bench_device_quick_prints_every_figure(bench_all_quick):
+    out = bench_all_quick.section("device")
+    doc = json.loads((bench_all_quick.out / "device.json").read_text())
+    assert doc["command"] == bench_all_quick.command("device", "--quick") and doc["quick"] is True
     for label, unit in (
         ("RecordWriter.sample, 4 channels (38 B):", "us/record"),
         ("publish_batch, 100 records:", "us/batch"),

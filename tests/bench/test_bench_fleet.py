@@ -25,6 +25,7 @@ def _table(rows):
     }
 
 
+@pytest.mark.fast
 def test_account_counts_lost_extra_and_duplicate_rows():
     from mqbatch.bench.fleet import account
 

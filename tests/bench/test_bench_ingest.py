@@ -1,22 +1,18 @@
 """`mqbatch bench ingest --quick` runs end to end against a real Mosquitto (TLS, the
 stack's dynamic-security policy) and prints its figures. No timing is asserted:
-figures are for reading (docs/ingest.md), not for failing a loaded CI machine."""
+figures are for reading (docs/ingest.md), not for failing a loaded CI machine.
+The run is the ingest section of the shared `bench all --quick` (tests/bench/conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import re
-import subprocess
-
-from mqbatch_testing import VENV_BIN
 
 
-def test_bench_ingest_quick_prints_rates_rss_and_ratio():
-    out = subprocess.run(
-        [str(VENV_BIN / "mqbatch"), "bench", "ingest", "--quick"], capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
-    print(text)
+def test_bench_ingest_quick_prints_rates_rss_and_ratio(bench_all_quick):
+    text = bench_all_quick.section("ingest")
+    doc = json.loads((bench_all_quick.out / "ingest.json").read_text())
+    assert doc["command"] == bench_all_quick.command("ingest", "--quick") and doc["quick"] is True
     number = r"[\d,.]+"
     for what in ("counting subscriber", "recorder \\(fsync before PUBACK\\)"):
         assert re.search(

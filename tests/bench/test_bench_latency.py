@@ -12,6 +12,7 @@ import pytest
 from mqbatch_testing import run_bench
 
 
+@pytest.mark.fast
 def test_phases_split_records_by_sampling_time():
     from mqbatch.bench.latency import phases
 

@@ -11,8 +11,6 @@ import re
 
 import pytest
 
-from mqbatch_testing import run_bench
-
 
 def test_physical_limit_is_records_plus_the_fewest_segments():
     from mqbatch.bench.wire import limit
@@ -46,8 +44,9 @@ def test_json_array_holds_the_same_records():
 
 
 @pytest.mark.broker
-def test_bench_wire_quick_prints_the_split_and_writes_json(tmp_path):
-    out = run_bench("wire", "--quick", "--out", str(tmp_path), timeout=300)
+def test_bench_wire_quick_prints_the_split_and_writes_json(bench_all_quick):
+    """The wire section of the shared `bench all --quick` (tests/bench/conftest.py)."""
+    out = bench_all_quick.section("wire")
     baseline = "umqtt.simple not available" not in out
     if not baseline:
         print("umqtt.simple could not be fetched from the package index: its rows are not checked")
@@ -66,8 +65,8 @@ def test_bench_wire_quick_prints_the_split_and_writes_json(tmp_path):
                 re.M,
             ), (b, qos)
 
-    doc = json.loads((tmp_path / "wire.json").read_text())
-    assert doc["command"] == f"mqbatch bench wire --quick --out {tmp_path}"
+    doc = json.loads((bench_all_quick.out / "wire.json").read_text())
+    assert doc["command"] == bench_all_quick.command("wire", "--quick")
     assert doc["quick"] is True and doc["machine"]["cores"] >= 1 and doc["versions"]["micropython"]
     fig = doc["figures"]
     rows = {(w["variant"], w["batch"]): w for w in fig["wire"]}

@@ -53,6 +53,7 @@ def mqbatch(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
         (["fleet", "add", "x", "d1", "--wifi-password-file", "/nonexistent/w"], "--wifi-password-file", "no such"),
     ],
 )
+@pytest.mark.fast
 def test_nonsense_arguments_are_refused_with_a_sentence(args, flag, why):
     proc = mqbatch(*args)
     assert proc.returncode == 2, proc.stderr

@@ -53,6 +53,7 @@ def rules(raw: bytes) -> list[str]:
 # -- per packet ---------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_good_packets_have_no_violations():
     for raw in (
         CONNECT,
@@ -106,6 +107,7 @@ def test_good_packets_have_no_violations():
         (H("10 0d 0004 4d515454 04 02 003c 0000"), "MQTT-MALFORMED"),  # MQTT 3.1.1 CONNECT
     ],
 )
+@pytest.mark.fast
 def test_bad_packets_are_named(raw, rule):
     assert rule in rules(raw), (raw.hex(), W.parse(raw).violations)
 

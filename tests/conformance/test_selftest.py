@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from mqbatch.conformance import selftest
 from mqbatch.util.paths import FIRMWARE
 
@@ -15,6 +17,7 @@ def _firmware_digest() -> str:
     return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(FIRMWARE.glob("*.py")))).hexdigest()
 
 
+@pytest.mark.fast
 def test_short_self_test_kills_every_faulty_publisher(tmp_path, capsys):
     before = _firmware_digest()
     st = selftest.run(tmp_path, full=False, progress=lambda m: None)
@@ -38,6 +41,7 @@ def test_a_faulty_publisher_that_breaks_nothing_survives(tmp_path):
     assert (st["faulty"], st["killed"]) == (1, 0) and "MQTT-RECEIVE-MAX did not FAIL" in st["mutants"][0]["why"]
 
 
+@pytest.mark.fast
 def test_every_firmware_mutation_still_applies():
     """Each firmware mutation names text found exactly once in today's firmware (a refactor that
     moves it makes this fail at once, not minutes into a self-test)."""

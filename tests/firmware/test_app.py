@@ -61,6 +61,7 @@ def fleet_config(**over):
     return cfg
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("record_format", ["binary", "json"])
 def test_devices_deliver_every_stored_record_over_tls(mosquitto, subscriber, pki, tmp_path, record_format):
     creds = {"dev-001": "pw-1", "dev-002": "pw-2"}
@@ -119,6 +120,7 @@ def test_device_refused_by_acl_on_foreign_topic_reports_it(mosquitto, subscriber
     assert "0x87" in console and s["dropped_total"] == s["stored_records"]
 
 
+@pytest.mark.slow
 def test_broker_outage_of_30s_in_a_64k_heap_loses_nothing(mosquitto, subscriber, pki, tmp_path):
     """The whole application as .mpy (ROMFS, outside the heap) in `micropython -X heapsize=64K`,
     TLS, 10 Hz, a 30 s broker outage: no MemoryError, every stored record delivered.

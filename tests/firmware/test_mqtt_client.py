@@ -47,6 +47,7 @@ def errors(events):
     return of(events, "error")
 
 
+@pytest.mark.fast
 def test_default_broker_qos_0_1_2_with_properties(mosquitto, subscriber, wiretap, tmp_path):
     b = mosquitto()
     sub = subscriber(b, "mqbatch/#", qos=2)
@@ -309,6 +310,7 @@ def test_mutual_tls_identity_as_username_and_acl(mosquitto, subscriber, pki, tmp
     assert err["type"] in ("TransportError", "TLSError") and not of(ev, "connack"), err
 
 
+@pytest.mark.fast
 def test_password_file_and_acl_limit_each_device_to_its_topic(mosquitto, subscriber, tmp_path):
     acl = "pattern write mqbatch/%u/telemetry\nuser reader\ntopic read mqbatch/#\n"
     b = mosquitto(allow_anonymous=False, users={"device-1": "pw-1", "device-2": "pw-2", "reader": "pw-r"}, acl=acl)

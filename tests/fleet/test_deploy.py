@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+import pytest
+
 from mqbatch.lab.vboard import VirtualBoard
 from mqbatch.util.paths import BOARDS, FIRMWARE
 from mqbatch.wire import codec, records
@@ -181,6 +183,7 @@ def deploy_cmd(tmp_path, config: dict, port: str | None = None, *extra: str) -> 
     )
 
 
+@pytest.mark.fast
 def test_deploy_refuses_a_config_the_firmware_would_refuse(tmp_path):
     """The firmware's own rules (mqb_config.make_config, run in the Unix port) decide, before
     anything is built or copied; the message names the key and the type it must have."""

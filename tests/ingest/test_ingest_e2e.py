@@ -45,6 +45,7 @@ def broker_puback_count(stack, client_id):
     return stack.broker.logs().count(f"Received PUBACK from {client_id} ")
 
 
+@pytest.mark.fast
 def test_device_gets_acks_covering_exactly_what_landed(secure_stack, stack_recorder, tmp_path):
     stack = secure_stack(["dev-001", "dev-002"])
     rec = stack_recorder(stack, tmp_path / "landing")

@@ -40,6 +40,7 @@ def rows_of(directory):
     return L.read_landing(directory).to_pylist()
 
 
+@pytest.mark.fast
 def test_rolls_by_size_into_complete_parquet_files(tmp_path):
     w = L.LandingWriter(tmp_path, "r1", roll_bytes=300, roll_seconds=3600)
     rolled = []
@@ -79,6 +80,7 @@ def test_rolls_by_age(tmp_path):
     w.close()
 
 
+@pytest.mark.fast
 def test_crash_recovery_keeps_committed_frames_and_drops_a_torn_tail(tmp_path):
     w, wal = committed(tmp_path, 5)
     with open(wal, "ab") as f:  # a frame cut short by the crash

@@ -18,6 +18,8 @@ import pathlib
 import subprocess
 import time
 
+import pytest
+
 from mqbatch.lab.vboard import VirtualBoard
 from mqbatch.util.paths import BOARDS, CHECKOUT, FIRMWARE
 from mqbatch_testing import VENV_BIN
@@ -102,6 +104,7 @@ def test_manifests_freeze_the_firmware_and_board_but_not_main_py():
         assert (FIRMWARE / "main.py").resolve() in with_main["frozen"]
 
 
+@pytest.mark.fast
 def test_manifest_check_catches_a_missing_file(tmp_path):
     bad = tmp_path / "manifest.py"
     bad.write_text('module("mqb_nothing.py")\n')

@@ -257,6 +257,7 @@ def test_byte_differences_names_a_changed_byte_and_a_missing_probe() -> None:
     ]
 
 
+@pytest.mark.fast
 def test_firmware_bytes_equal_the_64bit_port(tmp_path) -> None:
     """Records at the i32 edges, a boot number above 2**31, the batch, its CRC32s, HMAC,
     PUBLISH/CONNECT/PUBREL and the outbox's files: the same bytes on 32 and 64 bits."""

@@ -49,6 +49,7 @@ def spark_output(tmp_path, partitioned=True):
     return out
 
 
+@pytest.mark.fast
 def test_report_of_any_spark_output(tmp_path):
     out = spark_output(tmp_path)
     path = write_report(out)

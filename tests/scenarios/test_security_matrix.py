@@ -18,6 +18,7 @@ pytestmark = pytest.mark.broker
 DOC = ROOT / "docs" / "security.md"
 
 
+@pytest.mark.fast
 def test_every_role_can_do_exactly_what_the_policy_allows(secure_stack):
     stack = secure_stack(["dev-001", "dev-002"])
     rows = run_matrix(stack)

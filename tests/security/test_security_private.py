@@ -38,6 +38,7 @@ def loose(root: pathlib.Path) -> dict[str, str]:
     return bad
 
 
+@pytest.mark.fast
 def test_the_checker_sees_a_loose_file(tmp_path):
     (tmp_path / "d").mkdir(mode=0o700)
     os.chmod(tmp_path / "d", 0o700)
@@ -47,6 +48,7 @@ def test_the_checker_sees_a_loose_file(tmp_path):
     assert loose(tmp_path / "d") == {"d/f": "0o644"}
 
 
+@pytest.mark.fast
 def test_landing_zone_is_private(tmp_path, umask):
     root = tmp_path / "data"  # created by the writer, with a parent it creates too
     w = LandingWriter(root / "landing", "rec-1", roll_bytes=1 << 20)

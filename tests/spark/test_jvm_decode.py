@@ -34,6 +34,7 @@ def _load_diff():
     return module
 
 
+@pytest.mark.slow
 def test_fast_path_gives_the_python_decoders_rows(spark):
     outcome = _load_diff().run(spark, cases=20_000, seed=7, groups=8)
     print(f"{outcome.cases} landed rows, {outcome.rows} decoded rows, {outcome.fast_landed} by the JVM fast path")

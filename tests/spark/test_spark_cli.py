@@ -179,6 +179,7 @@ def test_signal_ends_spark_submit_and_everything_it_started(tmp_path, scenario_d
 # -- streaming: SIGKILL at a random moment of a micro-batch, restart, same output ------------
 
 
+@pytest.mark.slow
 def test_stream_killed_mid_batch_then_restarted_gives_the_uninterrupted_output(spark, tmp_path, scenario_dir):
     import mqbatch.spark as S
 

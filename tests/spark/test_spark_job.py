@@ -256,7 +256,7 @@ def _read(spark, path, *order):
     return [r.asDict(recursive=True) for r in spark.read.parquet(str(path)).orderBy(*order).collect()]
 
 
-@pytest.mark.parametrize("partial", [False, True], ids=["default", "partial"])
+@pytest.mark.parametrize("partial", [pytest.param(False, marks=pytest.mark.fast), True], ids=["default", "partial"])
 def test_scenario_records_quarantine_and_report_are_exact(job, spark, scenario, tmp_path, partial, request):
     if partial:
         report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(partial=True, reorder_window=3))
@@ -362,6 +362,7 @@ def test_batch_drops_later_copies_without_the_broadcast_hint_too(
     }
 
 
+@pytest.mark.slow
 def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
     landing_dir, out = tmp_path / "landing", tmp_path / "out"
     landing_dir.mkdir()

@@ -19,6 +19,7 @@ def options_of(v: dict) -> codec.DecodeOptions:
     return codec.DecodeOptions(**v["options"])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("v", VECTORS_LIST, ids=[v["name"] for v in VECTORS_LIST])
 def test_vector_decodes_as_expected(v):
     res = codec.decode(v["user_properties"], bytes.fromhex(v["payload_hex"]), options_of(v), topic="t/vec")
@@ -32,6 +33,7 @@ def test_vector_decodes_as_expected(v):
         assert res.log["level"] == ("warning" if res.status == codec.PARTIAL else "error")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("v", [v for v in VECTORS_LIST if v["encode"]], ids=lambda v: v["name"])
 def test_host_encoder_reproduces_valid_vectors(v):
     msgs = [bytes.fromhex(m) for m in v["expect"]["messages_hex"]]
@@ -40,6 +42,7 @@ def test_host_encoder_reproduces_valid_vectors(v):
     assert props == [("batch-format", "v1"), ("batch-size", str(len(msgs)))]
 
 
+@pytest.mark.fast
 def test_every_reason_code_has_a_vector():
     seen = {v["expect"]["reason"] for v in VECTORS_LIST}
     assert set(codec.REASON_CODES) <= seen
@@ -101,6 +104,7 @@ def test_vbi_out_of_range(n):
 submessages = st.lists(st.binary(max_size=300), min_size=1, max_size=100)
 
 
+@pytest.mark.fast
 @given(submessages)
 @settings(max_examples=300, deadline=None)
 def test_round_trip(msgs):

@@ -35,6 +35,7 @@ def test_good_ids(name):
     assert is_device_id(name) and device_id_problem(name) is None and check_device_id(name) == name
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name,why", BAD.items())
 def test_bad_ids_say_what_and_why(name, why):
     assert not is_device_id(name)

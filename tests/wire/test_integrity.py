@@ -27,6 +27,7 @@ def _props(c):
     return [("batch-format", "v1"), ("batch-size", c["batch_size"]), (I.PROPERTY, c[I.PROPERTY])]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("c", VECTORS, ids=[c["note"] for c in VECTORS])
 def test_vectors_verify_and_sign_reproduces_them(c):
     key, payload = bytes.fromhex(c["key"]), bytes.fromhex(c["payload"])
@@ -48,6 +49,7 @@ def test_vectors_verify_and_sign_reproduces_them(c):
     assert hmac.new(key, msg, hashlib.sha256).hexdigest() == c[I.PROPERTY]
 
 
+@pytest.mark.fast
 def test_every_flipped_payload_bit_and_every_bound_field_fails():
     c = VECTORS[1]
     key, payload = bytes.fromhex(c["key"]), bytes.fromhex(c["payload"])

@@ -13,6 +13,7 @@ from mqbatch.wire import records as R
 T = 1_795_000_000_123  # ms since the Unix epoch (2026-11-18)
 
 
+@pytest.mark.fast
 def test_binary_sample_layout_matches_docs():
     data = R.encode_binary("sample", 3, 17, T, [(1, 2150), (2, 4500), (3, 3300)])
     assert len(data) == 33  # "a sample with 3 readings: 33 bytes"
@@ -23,6 +24,7 @@ def test_binary_sample_layout_matches_docs():
     assert rec == R.Record("binary", "sample", True, 3, 17, T, ((1, 2150), (2, 4500), (3, 3300)))
 
 
+@pytest.mark.fast
 def test_json_example_of_docs_parses():
     doc = (
         b'{"v":1,"kind":"sample","boot":3,"seq":17,"ts_ms":1795000000123,"synced":true,'
@@ -36,6 +38,7 @@ def test_health_record_and_dropped_total():
     assert (rec.kind, rec.synced, rec.value(R.DROPPED_TOTAL), rec.value(0x84)) == ("health", False, 7, -113)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("fmt", [R.encode_binary, R.encode_json])
 def test_encoders_round_trip(fmt):
     readings = [(1, -5000), (2, 10000), (3, 0), (4, -127), (5, 120000), (6, 200000)]
@@ -104,6 +107,7 @@ BAD = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("data,reason,words", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_records_get_their_reason_and_a_detail(data, reason, words):
     with pytest.raises(R.RecordError) as e:
