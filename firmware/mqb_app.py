@@ -50,8 +50,8 @@ _SERVER_MOVED = const(0x9D)
 
 # The health record's channels, in the order _health() fills them (mqb_record.CH_*,
 # docs/records.md): free_heap 0x80, outbox_depth 0x81, dropped_total 0x82,
-# reconnects 0x83, last_error 0x84, sampled_total 0x85, outbox_bytes 0x86
-_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86")
+# reconnects 0x83, last_error 0x84, sampled_total 0x85, outbox_bytes 0x86, released_unconfirmed 0x87
+_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86\x87")
 
 # Indexes of App.count
 _SAMPLED = const(0)
@@ -303,7 +303,8 @@ class App(Session, F.Sampling):
                 "refused_batches": c[_REFUSED_BATCHES], "no_subscribers": c[_UNHEARD], "publishes": c[_PUBLISHES],
                 "wire_bytes": self.wire_bytes, "reconnects": c[_RECONNECTS], "last_error": c[_LAST_ERROR],
                 "outbox_depth": self.outbox.depth, "outbox_records": self.outbox.pending_records,
-                "dropped_total": self.outbox.dropped_total, "missed_samples": c[_MISSED_SAMPLES],
+                "dropped_total": self.outbox.dropped_total, "released_unconfirmed": self.outbox.released_total,
+                "missed_samples": c[_MISSED_SAMPLES],
                 "peak_heap": c[_PEAK_HEAP], "peak_heap_live": c[_PEAK_HEAP_LIVE], "next_seq": self.writer.seq,
                 "qos0_records": c[_QOS0_RECORDS], "too_large": c[_TOO_LARGE], "qos0_batches": c[_QOS0_BATCHES], "publish_qos": self.qos[_QOS_PUB],
                 "will_qos": self.client.will.qos, "will_retain": self.client.will.retain,

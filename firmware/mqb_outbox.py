@@ -11,18 +11,14 @@
 # Power cuts: append() returns only after the entry is flushed (littlefs commit,
 # fsync on VfsPosix); each entry carries its length and a CRC-32, so a torn tail
 # is detected on reopen, dropped and never read back. An ack writes a 4-byte ack
-# record (or deletes the segment when that was its last pending entry): acks
-# never rewrite a segment. See docs/outbox.md for which duplicates a power cut
-# can cause (never losses).
-#
+# record (or deletes the segment when that was its last pending entry): acks never
+# rewrite a segment. docs/outbox.md: which duplicates a power cut can cause (never losses).
 # Flash rot: opening never fails on what a segment holds (mqb_outbox_recover).
-#
-# This module is the queue and its counters; the bytes on flash are
-# mqb_outbox_format's, and opening (rebuilding the index, recovering from
-# damage) is mqb_outbox_recover's, imported by the constructor only.
+# This module is the queue and its counters; the bytes on flash are mqb_outbox_format's,
+# opening (index, recovery) mqb_outbox_recover's, imported by the constructor only.
 import os
 from array import array
-from mqb_boot import SlotCounter
+from mqb_boot import Tally
 import mqb_outbox_format as F   # the on-flash format (one global: each name costs heap)
 
 # Results (entry ids are >= 0)
@@ -50,6 +46,9 @@ class Outbox:
     max_segments x max_entries x 7 bytes). policy: DROP_OLDEST (when full, delete
     the oldest segment and count its pending records as dropped) or STOP (append
     returns FULL; the caller stops sampling until acks free room).
+    held (mqb_e2e sets it): held(first, end) -> records of the pending entries first..end-1
+    the broker accepted, awaiting their e2e ack; they leave as released_unconfirmed, not
+    dropped, and a segment of only those makes room even with STOP (docs/e2e-ack.md).
     """
 
     def __init__(self, root, segment_size=16384, max_segments=8, max_entries=32, policy=DROP_OLDEST):
@@ -98,9 +97,9 @@ class Outbox:
         # what opening found damaged (docs/outbox.md "Flash rot"): (reason, first id,
         # end id, records counted dropped); read() adds what it discards as CORRUPT
         self.damage = []
-        self._dropped = SlotCounter(root + "/dropped", b"DROP")
-        self._reported = SlotCounter(root + "/reported", b"RPTD")
-        self._base = self._reported.value
+        self._dropped = Tally(root + "/dropped", b"DROP", root + "/reported", b"RPTD")
+        self._released = Tally(root + "/released", b"RELS", root + "/relrep", b"RPTR")
+        self.held = None
         import mqb_outbox_recover      # opening only (the layer below the queue)
         mqb_outbox_recover.load(self)
         import sys
@@ -110,20 +109,29 @@ class Outbox:
 
     @property
     def dropped_total(self):
-        """Records dropped since this outbox was created (persisted across reboots)."""
-        return self._dropped.value
+        """Records dropped (never accepted by the broker) since the outbox was created (persisted)."""
+        return self._dropped.total.value
+
+    @property
+    def released_total(self):
+        """Records released unconfirmed (accepted by the broker, e2e ack not in) since created (persisted)."""
+        return self._released.total.value
 
     def dropped_report(self):
         """The value for the health record's dropped_total channel (docs/records.md,
         "since boot"): records dropped since this boot, plus those dropped in
         earlier boots after the last health record appended there. Pass it back
         as append(..., reported=value) with the batch that carries it."""
-        return self._dropped.value - self._base
+        return self._dropped.report()
+
+    def released_report(self):
+        """The same for released_unconfirmed; the batch append(..., reported=...) marks both."""
+        return self._released.report()
 
     def rebase(self):
-        """Start the dropped_report() count again from what was reported: call it
-        when the boot number changes without a reboot (RecordWriter.renew_boot)."""
-        self._base = self._reported.value
+        """Count the *_report() values again from what was reported (RecordWriter.renew_boot)."""
+        self._dropped.rebase()
+        self._released.rebase()
 
     def append(self, payload, records=0, boot=0, first_seq=0, last_seq=0, reported=-1):
         """Store one batch payload (bytes, bytearray or memoryview) and its metadata.
@@ -141,9 +149,9 @@ class Outbox:
                              % (n, self.max_payload + F.SEG_HEADER_SIZE + F.ENTRY_HEADER_SIZE, self.max_payload))
         if not 0 <= records <= 0xFFFF:
             raise ValueError("records %d: must be 0..65535" % records)
-        if reported > self._dropped.value - self._base:
+        if reported > self._dropped.total.value - self._dropped.base:
             raise ValueError("reported %d is more than dropped_report() = %d"
-                             % (reported, self._dropped.value - self._base))
+                             % (reported, self._dropped.total.value - self._dropped.base))
         h = self._newest()
         if (self._sealed or self._sn[h] >= self.max_entries
                 or self._ssize[h] + n > self.max_payload + F.SEG_HEADER_SIZE):
@@ -169,8 +177,9 @@ class Outbox:
         self.depth += 1
         self.pending_records += records
         self._next_id = eid + 1
-        if reported >= 0 and self._base + reported > self._reported.value:
-            self._reported.store(self._base + reported)
+        if reported >= 0:
+            self._dropped.reported(reported)
+            self._released.reported(self._released.last)
         return eid
 
     def peek(self, out, n=-1, after=-1):
@@ -246,15 +255,11 @@ class Outbox:
 
     def count_dropped(self, records):
         """Add records the application dropped itself (e.g. a batch it gave up on)."""
-        if records < 0:
-            raise ValueError("records %d: must be >= 0" % records)
-        if records:
-            self._dropped.store(self._dropped.value + records)
-            self.dropped_since_open += records
+        self._dropped.add(records)
+        self.dropped_since_open += records
 
     def close(self):
-        """Close the files (everything is already on flash). All are closed even
-        if one fails; the first error is raised after."""
+        """Close the files (all on flash already): all are closed, the first error raised after."""
         err = None
         for h in (self._hf, self._rf, self._af):
             try:
@@ -303,9 +308,11 @@ class Outbox:
         if self._nseg == self.max_segments:
             t = self._tail
             if self._spend[t]:
-                if self.policy == STOP:
+                held = self.held(self._sfirst[t], self._sfirst[t] + self._sn[t]) if self.held else 0
+                if self.policy == STOP and held < self._srec[t]:
                     return FULL
-                self.count_dropped(self._srec[t])   # counted before the data goes
+                self._released.add(held)              # counted before the data goes
+                self.count_dropped(self._srec[t] - held)
             self._delete_oldest()
         self._seal()
         sno = self._next_sno
@@ -359,8 +366,10 @@ class Outbox:
         """Make pending entry eid (in segment s) done: acked, or dropped (counted)."""
         slot = eid % len(self._state)
         cnt = self._cnt[slot]
-        if dropped:
-            self.count_dropped(cnt)   # counted before the entry goes
+        if dropped:               # counted before the entry goes
+            held = self.held(eid, eid + 1) if self.held else 0
+            self._released.add(held)
+            self.count_dropped(cnt - held)
         last = self._spend[s] == 1 and s == self._tail and (self._nseg > 1 or self._sealed)
         if not last:
             self._write_ack(s, eid)   # the segment stays (deleting it would be enough otherwise)
@@ -373,7 +382,6 @@ class Outbox:
         return OK
 
     def _write_ack(self, s, eid):
-        """Persist the ack record of entry eid in segment s."""
         sno = self._sno[s]
         f = self._af.f if self._af.sno == sno else self._af.open(F._seg_path(self.root, sno, "a"), "ab", sno)
         F._write_ack(f, self._hdr, eid - self._sfirst[s])   # _hdr: scratch
@@ -384,7 +392,7 @@ class Outbox:
         return CORRUPT
 
     def _damage(self, reason, first, end, records):
-        """Note what was found damaged (the last 8 findings are kept)."""
+        # what was found damaged (the last 8 findings are kept)
         if len(self.damage) >= 8:
             self.damage.pop(0)
         self.damage.append((reason, first, end, records))
