@@ -99,41 +99,6 @@ class SlotCounter:
         self.doubt = False
 
 
-class Tally:
-    """A count of records (dropped, released unconfirmed) reported in health records
-    "since boot" (docs/records.md): the total in one SlotCounter (path, tag), and in
-    another (mark_path, mark_tag) the total that a health record already on flash
-    carried, from which this boot's report() counts. The outbox keeps one per counter."""
-
-    def __init__(self, path, tag, mark_path, mark_tag):
-        self.total = SlotCounter(path, tag)
-        self.mark = SlotCounter(mark_path, mark_tag)
-        self.base = self.mark.value
-        self.last = -1          # what report() returned last (-1: never)
-
-    def add(self, n):
-        """Persist n more (before the data it counts goes: a power cut may count it twice, never 0 times)."""
-        if n < 0:
-            raise ValueError("records %d: must be >= 0" % n)
-        if n:
-            self.total.store(self.total.value + n)
-
-    def report(self):
-        """The value for a health record: counted since this boot, plus what earlier
-        boots counted after their last stored health record."""
-        self.last = self.total.value - self.base
-        return self.last
-
-    def reported(self, value):
-        """A batch carrying report() value `value` (>= 0) is on flash: later boots count from there."""
-        if value >= 0 and self.base + value > self.mark.value:
-            self.mark.store(self.base + value)
-
-    def rebase(self):
-        """Count again from what was reported (the boot number changed without a reboot)."""
-        self.base = self.mark.value
-
-
 class BootCounter:
     """The device's boot counter (docs/records.md `boot`), persisted at path.0/path.1.
 

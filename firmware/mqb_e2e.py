@@ -13,8 +13,8 @@
 # id modulo its capacity: entry id, boot, first and last seq, state, deadline), so an
 # ack is matched without reading flash and the device publishes its whole backlog
 # while the broker accepts it. A PUBACKed entry stays in the outbox until its e2e ack
-# or until the outbox needs room: then (Outbox.held) it leaves counted
-# released_unconfirmed, not dropped. Resends are paced (pop): an entry is published
+# or until the outbox needs room: then (Outbox.held is this E2E) it leaves counted
+# released_unconfirmed (release(), persisted), not dropped. Resends are paced (pop): an entry is published
 # again at once only when acks came back for entries PUBACKed resend_after_s after it
 # (it was overtaken: its ack is not coming); otherwise, with no ack for resend_after_s,
 # only the oldest overdue entry is, as a probe, the pause doubling with each probe that
@@ -31,6 +31,7 @@
 # writes the outbox's ack record, the same file write as a PUBACK's without e2e.
 import time
 from array import array
+from mqb_boot import SlotCounter
 from mqb_packet_e2e import BatchSeq
 from mqb_sub import Subscriber
 
@@ -51,6 +52,8 @@ _TRIES = const(4)           # probes since the last ack
 _LATEST = const(5)          # the latest deadline of a PUBACKed entry an ack covered
 _HEARD = const(6)           # 1: _LATEST is set
 _DIRTY = const(7)           # 1: pop() looks again before _NEXT (an ack moved _LATEST)
+_BASE = const(8)            # released_report() counts from this total (the mark at boot)
+_LAST = const(9)            # what released_report() returned last (-1: never)
 
 
 def make_config(cfg, error):
@@ -92,7 +95,7 @@ class E2E(Subscriber):
     the ack topic of `topic` (the batch topic, its last level replaced by "ack")
     on client, the table of entries sent, the batch-seq property (self.seq, which mqb_app makes
     mqb_packet_build.batch_seq). delay: resend_after_s in
-    ms; outbox: the App's Outbox (its held is this E2E's); count: the App's counters
+    ms; outbox: the App's Outbox (its held is this E2E); count: the App's counters
     (an entry an ack range covers counts as acked there); log: the App's log."""
 
     def __init__(self, client, topic, delay, outbox, count, log):
@@ -100,7 +103,7 @@ class E2E(Subscriber):
         self.delay = delay
         self.outbox = outbox
         self.count = count
-        self.values = array("i", bytes(32))     # _RESENDS .. _DIRTY
+        self.values = array("i", bytes(40))     # _RESENDS .. _LAST
         self.log = log
         self.seq = BatchSeq()
         # slot i = entry id % the outbox's capacity: _eid[i] (-1: free), _p[3 i .. 3 i + 2] =
@@ -111,7 +114,13 @@ class E2E(Subscriber):
         self._p = array("I", bytes(12 * n))
         self._order = array("i", bytes(4 * n))
         self._state = bytearray(n)
-        outbox.held = self.held
+        # released_unconfirmed: the total, and the total a health record on flash carried (the
+        # mark this boot's report counts from), two-slot counter files beside the outbox's dropped
+        self._rel = SlotCounter(outbox.root + "/released", b"RELS")
+        self._mark = SlotCounter(outbox.root + "/relrep", b"RPTR")
+        self.values[_LAST] = -1
+        self.rebase()
+        outbox.held = self
 
     def connected(self, session_present):
         """After a CONNACK (mqb_sub), and before mqb_app computes the batch budget:
@@ -168,8 +177,8 @@ class E2E(Subscriber):
         return True
 
     def held(self, first, end):
-        """Outbox.held: records of the entries first..end-1 the broker accepted (PUBACK)
-        that await their e2e ack."""
+        """Outbox: records of the entries first..end-1 the broker accepted (PUBACK) that
+        await their e2e ack."""
         n = 0
         ids = self._eid
         st = self._state
@@ -180,6 +189,27 @@ class E2E(Subscriber):
                 if r > 0:
                     n += r
         return n
+
+    def release(self, n):
+        """Outbox: n records of entries the broker accepted leave unconfirmed (persisted first)."""
+        self._rel.store(self._rel.value + n)
+
+    def released_report(self):
+        """The health record's released_unconfirmed (docs/records.md): since this boot, plus what
+        earlier boots released after their last stored health record (like Outbox.dropped_report)."""
+        v = self.values
+        v[_LAST] = self._rel.value - v[_BASE]
+        return v[_LAST]
+
+    def reported(self):
+        """Outbox.append: the batch carrying the last released_report() value is on flash."""
+        v = self.values
+        if v[_LAST] >= 0 and v[_BASE] + v[_LAST] > self._mark.value:
+            self._mark.store(v[_BASE] + v[_LAST])
+
+    def rebase(self):
+        """Count released_report() from what was reported (at boot, and Outbox.rebase)."""
+        self.values[_BASE] = self._mark.value
 
     def pop(self, now):
         """The entry to publish again (its slot becomes _RESENT; the caller publishes it and
@@ -222,7 +252,7 @@ class E2E(Subscriber):
         """Add the e2e counters to the App's summary dict s."""
         c = self.values
         s.update({"e2e_resends": c[_RESENDS], "e2e_bad_acks": c[_BAD_ACKS], "e2e_acked_batches": c[_COVERED],
-                  "e2e_sub_refused": self.refused})
+                  "e2e_sub_refused": self.refused, "released_unconfirmed": self._rel.value})
 
     # -- the subscription (mqb_sub calls these) -------------------------------------
 

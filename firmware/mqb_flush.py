@@ -73,7 +73,7 @@ class Sampling:
         v[4] = self.count[_LAST_ERROR]
         v[5] = self.count[_SAMPLED]
         v[6] = ob.bytes_used
-        v[7] = ob.released_report()
+        v[7] = self.client.sub.released_report() if self.client.sub is not None else 0   # e2e acks only
         seq = self.writer.health(_HEALTH_CHANNELS, v)
         if seq == FULL:
             if not self._seal():

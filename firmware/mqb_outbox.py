@@ -18,7 +18,7 @@
 # opening (index, recovery) mqb_outbox_recover's, imported by the constructor only.
 import os
 from array import array
-from mqb_boot import Tally
+from mqb_boot import SlotCounter
 import mqb_outbox_format as F   # the on-flash format (one global: each name costs heap)
 
 # Results (entry ids are >= 0)
@@ -46,10 +46,11 @@ class Outbox:
     max_segments x max_entries x 7 bytes). policy: DROP_OLDEST (when full, delete
     the oldest segment and count its pending records as dropped) or STOP (append
     returns FULL; the caller stops sampling until acks free room).
-    held (mqb_e2e sets it): held(first, end) -> records of the pending entries first..end-1
-    the broker accepted, awaiting their e2e ack; they leave as released_unconfirmed, not
-    dropped, and a segment of only those makes room even with STOP (docs/e2e-ack.md).
+    held: None, or the mqb_e2e.E2E: held.held(first, end) -> records of entries first..end-1
+    the broker accepted, awaiting their e2e ack; making room, they leave by held.release(n)
+    (released_unconfirmed), not dropped; with STOP a segment of only those makes room too.
     """
+    held = None     # a class attribute: one more instance attribute can grow the dict (heap)
 
     def __init__(self, root, segment_size=16384, max_segments=8, max_entries=32, policy=DROP_OLDEST):
         if policy not in (DROP_OLDEST, STOP):
@@ -97,9 +98,9 @@ class Outbox:
         # what opening found damaged (docs/outbox.md "Flash rot"): (reason, first id,
         # end id, records counted dropped); read() adds what it discards as CORRUPT
         self.damage = []
-        self._dropped = Tally(root + "/dropped", b"DROP", root + "/reported", b"RPTD")
-        self._released = Tally(root + "/released", b"RELS", root + "/relrep", b"RPTR")
-        self.held = None
+        self._dropped = SlotCounter(root + "/dropped", b"DROP")
+        self._reported = SlotCounter(root + "/reported", b"RPTD")
+        self._base = self._reported.value
         import mqb_outbox_recover      # opening only (the layer below the queue)
         mqb_outbox_recover.load(self)
         import sys
@@ -109,29 +110,22 @@ class Outbox:
 
     @property
     def dropped_total(self):
-        """Records dropped (never accepted by the broker) since the outbox was created (persisted)."""
-        return self._dropped.total.value
-
-    @property
-    def released_total(self):
-        """Records released unconfirmed (accepted by the broker, e2e ack not in) since created (persisted)."""
-        return self._released.total.value
+        """Records dropped since this outbox was created (persisted across reboots)."""
+        return self._dropped.value
 
     def dropped_report(self):
         """The value for the health record's dropped_total channel (docs/records.md,
         "since boot"): records dropped since this boot, plus those dropped in
         earlier boots after the last health record appended there. Pass it back
         as append(..., reported=value) with the batch that carries it."""
-        return self._dropped.report()
-
-    def released_report(self):
-        """The same for released_unconfirmed; the batch append(..., reported=...) marks both."""
-        return self._released.report()
+        return self._dropped.value - self._base
 
     def rebase(self):
-        """Count the *_report() values again from what was reported (RecordWriter.renew_boot)."""
-        self._dropped.rebase()
-        self._released.rebase()
+        """Start the dropped_report() count (and held's) again from what was reported: call
+        it when the boot number changes without a reboot (RecordWriter.renew_boot)."""
+        self._base = self._reported.value
+        if self.held:
+            self.held.rebase()
 
     def append(self, payload, records=0, boot=0, first_seq=0, last_seq=0, reported=-1):
         """Store one batch payload (bytes, bytearray or memoryview) and its metadata.
@@ -149,9 +143,9 @@ class Outbox:
                              % (n, self.max_payload + F.SEG_HEADER_SIZE + F.ENTRY_HEADER_SIZE, self.max_payload))
         if not 0 <= records <= 0xFFFF:
             raise ValueError("records %d: must be 0..65535" % records)
-        if reported > self._dropped.total.value - self._dropped.base:
+        if reported > self._dropped.value - self._base:
             raise ValueError("reported %d is more than dropped_report() = %d"
-                             % (reported, self._dropped.total.value - self._dropped.base))
+                             % (reported, self._dropped.value - self._base))
         h = self._newest()
         if (self._sealed or self._sn[h] >= self.max_entries
                 or self._ssize[h] + n > self.max_payload + F.SEG_HEADER_SIZE):
@@ -177,9 +171,10 @@ class Outbox:
         self.depth += 1
         self.pending_records += records
         self._next_id = eid + 1
-        if reported >= 0:
-            self._dropped.reported(reported)
-            self._released.reported(self._released.last)
+        if reported >= 0 and self._base + reported > self._reported.value:
+            self._reported.store(self._base + reported)
+        if reported >= 0 and self.held:
+            self.held.reported()          # the same batch carries released_unconfirmed
         return eid
 
     def peek(self, out, n=-1, after=-1):
@@ -255,8 +250,11 @@ class Outbox:
 
     def count_dropped(self, records):
         """Add records the application dropped itself (e.g. a batch it gave up on)."""
-        self._dropped.add(records)
-        self.dropped_since_open += records
+        if records < 0:
+            raise ValueError("records %d: must be >= 0" % records)
+        if records:
+            self._dropped.store(self._dropped.value + records)
+            self.dropped_since_open += records
 
     def close(self):
         """Close the files (all on flash already): all are closed, the first error raised after."""
@@ -308,10 +306,11 @@ class Outbox:
         if self._nseg == self.max_segments:
             t = self._tail
             if self._spend[t]:
-                held = self.held(self._sfirst[t], self._sfirst[t] + self._sn[t]) if self.held else 0
+                held = self.held.held(self._sfirst[t], self._sfirst[t] + self._sn[t]) if self.held else 0
                 if self.policy == STOP and held < self._srec[t]:
                     return FULL
-                self._released.add(held)              # counted before the data goes
+                if held:
+                    self.held.release(held)          # counted before the data goes
                 self.count_dropped(self._srec[t] - held)
             self._delete_oldest()
         self._seal()
@@ -366,9 +365,10 @@ class Outbox:
         """Make pending entry eid (in segment s) done: acked, or dropped (counted)."""
         slot = eid % len(self._state)
         cnt = self._cnt[slot]
-        if dropped:               # counted before the entry goes
-            held = self.held(eid, eid + 1) if self.held else 0
-            self._released.add(held)
+        if dropped:                   # counted before the entry goes
+            held = self.held.held(eid, eid + 1) if self.held else 0
+            if held:
+                self.held.release(held)
             self.count_dropped(cnt - held)
         last = self._spend[s] == 1 and s == self._tail and (self._nseg > 1 or self._sealed)
         if not last:
@@ -392,7 +392,7 @@ class Outbox:
         return CORRUPT
 
     def _damage(self, reason, first, end, records):
-        # what was found damaged (the last 8 findings are kept)
+        """Note what was found damaged (the last 8 findings are kept)."""
         if len(self.damage) >= 8:
             self.damage.pop(0)
         self.damage.append((reason, first, end, records))
