@@ -53,7 +53,7 @@ _CH_RECONNECTS = const(0x83)    # count since boot
 _CH_LAST_ERROR = const(0x84)    # MQTT reason code or negative errno, 0 = none
 _CH_SAMPLED_TOTAL = const(0x85)  # records sampled since boot
 _CH_OUTBOX_BYTES = const(0x86)  # bytes
-_CH_RELEASED = const(0x87)      # records released unconfirmed since boot (Outbox.released_report)
+_CH_RELEASED = const(0x87)      # records released unconfirmed since boot (mqb_e2e.E2E.released_report)
 
 _SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
 _HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
