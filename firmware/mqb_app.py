@@ -50,8 +50,8 @@ _SERVER_MOVED = const(0x9D)
 
 # The health record's channels, in the order _health() fills them (mqb_record.CH_*,
 # docs/records.md): free_heap 0x80, outbox_depth 0x81, dropped_total 0x82,
-# reconnects 0x83, last_error 0x84, sampled_total 0x85, outbox_bytes 0x86
-_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86")
+# reconnects 0x83, last_error 0x84, sampled_total 0x85, outbox_bytes 0x86, released_unconfirmed 0x87
+_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86\x87")
 
 # Indexes of App.count
 _SAMPLED = const(0)

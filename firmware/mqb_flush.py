@@ -10,7 +10,7 @@ from mqb_codec import FULL, BatchEncoder, vbi_read, vbi_size
 import mqb_outbox as O   # its results (one global: each name costs heap)
 
 # (private const() copies of mqb_app's: folded into the bytecode, no global)
-_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86")
+_HEALTH_CHANNELS = const(b"\x80\x81\x82\x83\x84\x85\x86\x87")
 _SAMPLED = const(0)
 _STORED_RECORDS = const(1)
 _STORED_BATCHES = const(2)
@@ -19,7 +19,7 @@ _LAST_ERROR = const(9)
 _PEAK_HEAP_LIVE = const(13)    # highest gc.mem_alloc() right after a gc.collect() (_measure_live)
 _TOO_LARGE = const(17)
 _AT_BATCH = const(2)
-_HEALTH_SIZE = const(53)       # a health record: 18-byte header + 7 readings of 5 bytes (mqb_record)
+_HEALTH_SIZE = const(58)       # a health record: 18-byte header + 8 readings of 5 bytes (mqb_record)
 _REFUSED_AT = const(18)
 
 
@@ -73,6 +73,7 @@ class Sampling:
         v[4] = self.count[_LAST_ERROR]
         v[5] = self.count[_SAMPLED]
         v[6] = ob.bytes_used
+        v[7] = self.client.sub.released_report() if self.client.sub is not None else 0   # e2e acks only
         seq = self.writer.health(_HEALTH_CHANNELS, v)
         if seq == FULL:
             if not self._seal():

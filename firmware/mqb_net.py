@@ -206,7 +206,7 @@ class Session:
         """Send stored batches, oldest first, while Receive Maximum allows: first the
         resends of a resumed session (the client takes nothing new before them).
         With e2e acks: nothing until the ack subscription is answered, then the
-        entries whose e2e ack is overdue, then new ones while the window has room."""
+        resends mqb_e2e paces (E2E.pop), then new ones: the whole outbox may await e2e acks."""
         c = self.client                # c.sub: mqb_e2e.E2E with e2e acks on, else None
         if c.sub is not None and c.sub.code == _SUB_PENDING:
             return                       # SUBACK first: it says whether PUBACK ends the line
@@ -242,7 +242,7 @@ class Session:
                 if eid < 0:
                     break
                 if self._load(eid) < 0:
-                    c.sub.discard(eid)   # gone, corrupt or re-stored split
+                    c.sub.discard(eid)   # gone, corrupt or re-stored split (or kept: no RAM to split)
                     continue
                 if not self._publish(eid):
                     c.sub.ack(eid)       # BUSY: wait again (cannot happen below the limit)
@@ -250,8 +250,6 @@ class Session:
                 c.sub.values[0] += 1     # e2e_resends
                 sent += 1
         while c.connected and (self._in_flight(-1) if qos0 else c.inflight < c.limit):
-            if c.sub is not None and c.sub.find(-1) < 0:
-                break                    # the window is full: new batches wait in the outbox
             if not self.outbox.peek(self._ids, 1, self.cursor):
                 break
             eid = self._ids[0]

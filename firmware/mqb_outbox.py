@@ -11,15 +11,11 @@
 # Power cuts: append() returns only after the entry is flushed (littlefs commit,
 # fsync on VfsPosix); each entry carries its length and a CRC-32, so a torn tail
 # is detected on reopen, dropped and never read back. An ack writes a 4-byte ack
-# record (or deletes the segment when that was its last pending entry): acks
-# never rewrite a segment. See docs/outbox.md for which duplicates a power cut
-# can cause (never losses).
-#
+# record (or deletes the segment when that was its last pending entry): acks never
+# rewrite a segment. docs/outbox.md: which duplicates a power cut can cause (never losses).
 # Flash rot: opening never fails on what a segment holds (mqb_outbox_recover).
-#
-# This module is the queue and its counters; the bytes on flash are
-# mqb_outbox_format's, and opening (rebuilding the index, recovering from
-# damage) is mqb_outbox_recover's, imported by the constructor only.
+# This module is the queue and its counters; the bytes on flash are mqb_outbox_format's,
+# opening (index, recovery) mqb_outbox_recover's, imported by the constructor only.
 import os
 from array import array
 from mqb_boot import SlotCounter
@@ -50,7 +46,11 @@ class Outbox:
     max_segments x max_entries x 7 bytes). policy: DROP_OLDEST (when full, delete
     the oldest segment and count its pending records as dropped) or STOP (append
     returns FULL; the caller stops sampling until acks free room).
+    held: None, or the mqb_e2e.E2E: held.held(first, end) -> records of entries first..end-1
+    the broker accepted, awaiting their e2e ack; making room, they leave by held.release(n)
+    (released_unconfirmed), not dropped; with STOP a segment of only those makes room too.
     """
+    held = None     # a class attribute: one more instance attribute can grow the dict (heap)
 
     def __init__(self, root, segment_size=16384, max_segments=8, max_entries=32, policy=DROP_OLDEST):
         if policy not in (DROP_OLDEST, STOP):
@@ -121,9 +121,11 @@ class Outbox:
         return self._dropped.value - self._base
 
     def rebase(self):
-        """Start the dropped_report() count again from what was reported: call it
-        when the boot number changes without a reboot (RecordWriter.renew_boot)."""
+        """Start the dropped_report() count (and held's) again from what was reported: call
+        it when the boot number changes without a reboot (RecordWriter.renew_boot)."""
         self._base = self._reported.value
+        if self.held:
+            self.held.rebase()
 
     def append(self, payload, records=0, boot=0, first_seq=0, last_seq=0, reported=-1):
         """Store one batch payload (bytes, bytearray or memoryview) and its metadata.
@@ -171,6 +173,8 @@ class Outbox:
         self._next_id = eid + 1
         if reported >= 0 and self._base + reported > self._reported.value:
             self._reported.store(self._base + reported)
+        if reported >= 0 and self.held:
+            self.held.reported()          # the same batch carries released_unconfirmed
         return eid
 
     def peek(self, out, n=-1, after=-1):
@@ -253,8 +257,7 @@ class Outbox:
             self.dropped_since_open += records
 
     def close(self):
-        """Close the files (everything is already on flash). All are closed even
-        if one fails; the first error is raised after."""
+        """Close the files (all on flash already): all are closed, the first error raised after."""
         err = None
         for h in (self._hf, self._rf, self._af):
             try:
@@ -303,9 +306,12 @@ class Outbox:
         if self._nseg == self.max_segments:
             t = self._tail
             if self._spend[t]:
-                if self.policy == STOP:
+                held = self.held.held(self._sfirst[t], self._sfirst[t] + self._sn[t]) if self.held else 0
+                if self.policy == STOP and held < self._srec[t]:
                     return FULL
-                self.count_dropped(self._srec[t])   # counted before the data goes
+                if held:
+                    self.held.release(held)          # counted before the data goes
+                self.count_dropped(self._srec[t] - held)
             self._delete_oldest()
         self._seal()
         sno = self._next_sno
@@ -359,8 +365,11 @@ class Outbox:
         """Make pending entry eid (in segment s) done: acked, or dropped (counted)."""
         slot = eid % len(self._state)
         cnt = self._cnt[slot]
-        if dropped:
-            self.count_dropped(cnt)   # counted before the entry goes
+        if dropped:                   # counted before the entry goes
+            held = self.held.held(eid, eid + 1) if self.held else 0
+            if held:
+                self.held.release(held)
+            self.count_dropped(cnt - held)
         last = self._spend[s] == 1 and s == self._tail and (self._nseg > 1 or self._sealed)
         if not last:
             self._write_ack(s, eid)   # the segment stays (deleting it would be enough otherwise)
@@ -373,7 +382,6 @@ class Outbox:
         return OK
 
     def _write_ack(self, s, eid):
-        """Persist the ack record of entry eid in segment s."""
         sno = self._sno[s]
         f = self._af.f if self._af.sno == sno else self._af.open(F._seg_path(self.root, sno, "a"), "ab", sno)
         F._write_ack(f, self._hdr, eid - self._sfirst[s])   # _hdr: scratch

@@ -38,7 +38,7 @@ _EPOCH_2020_2000 = const(631152000)    # ... since 2000-01-01 (embedded ports' e
 _FORMAT_BINARY = const("binary")
 _FORMAT_JSON = const("json")
 
-# Channels (docs/records.md). Sample records carry 1..6, health records 0x80..0x86
+# Channels (docs/records.md). Sample records carry 1..6, health records 0x80..0x87
 # (private: a public name costs an interned string and a dict entry on a board).
 _CH_TEMPERATURE = const(1)      # centi-degC
 _CH_HUMIDITY = const(2)         # centi-%
@@ -53,10 +53,11 @@ _CH_RECONNECTS = const(0x83)    # count since boot
 _CH_LAST_ERROR = const(0x84)    # MQTT reason code or negative errno, 0 = none
 _CH_SAMPLED_TOTAL = const(0x85)  # records sampled since boot
 _CH_OUTBOX_BYTES = const(0x86)  # bytes
+_CH_RELEASED = const(0x87)      # records released unconfirmed since boot (mqb_e2e.E2E.released_report)
 
 _SAMPLE_NAMES = ("temperature", "humidity", "supply_voltage", "rssi", "pressure", "light")
 _HEALTH_NAMES = ("free_heap", "outbox_depth", "dropped_total", "reconnects", "last_error",
-                 "sampled_total", "outbox_bytes")
+                 "sampled_total", "outbox_bytes", "released_unconfirmed")
 
 _I32_MIN = const(-2147483648)
 _I32_MAX = const(2147483647)
@@ -202,7 +203,7 @@ class RecordWriter:
         return self._write(_KIND_SAMPLE, channels, values, len(channels) if n < 0 else n)
 
     def health(self, channels, values, n=-1):
-        """Write a health record (channels 0x80..0x86)."""
+        """Write a health record (channels 0x80..0x87)."""
         return self._write(_KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
 
     def _check(self, kind, chans, vals, n):

@@ -5,6 +5,10 @@ unique records landed + counted dropped, and what was LOST.
     .venv/bin/python tools/e2e_scenarios.py                                 # every scenario, virtual devices, on and off
     .venv/bin/python tools/e2e_scenarios.py --kind firmware --e2e off --scenario broker-kill-recorder-down
     .venv/bin/python tools/e2e_scenarios.py --devices 5 --seconds 60 --out run/e2e   # the long run
+    # issue 22: the firmware at the demo's configuration, e2e on and off in the same run
+    .venv/bin/python tools/e2e_scenarios.py --kind firmware --sample-hz 10 --scenario recorder-down \
+        --outage-s 300 --seconds 360
+    .venv/bin/python tools/e2e_scenarios.py --kind firmware --sample-hz 100 --scenario recorder-kills-10s --seconds 120
 
 Virtual devices (paho-mqtt, docs/e2e-ack.md section 3) run e2e on and off; the
 firmware (MicroPython Unix port) runs e2e off until firmware/ implements the
@@ -32,6 +36,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="how long the devices produce per run")
     ap.add_argument("--resend-after-s", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument(
+        "--sample-hz",
+        type=float,
+        default=None,
+        help="firmware only: run the demo's device configuration at this rate (default: the harness's 50 Hz)",
+    )
+    ap.add_argument("--outage-s", type=float, default=300.0, help="recorder-down: how long the recorder is down")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="keep each run's files here (default: a temp dir)")
     args = ap.parse_args(argv)
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.e2e]
@@ -51,6 +62,8 @@ def main(argv=None) -> int:
                     seed=args.seed,
                     resend_after_s=args.resend_after_s,
                     say=lambda text: print(text, flush=True),
+                    sample_hz=args.sample_hz,
+                    outage_s=args.outage_s,
                 )
                 print(r.line(), flush=True)
                 results.append(r)

@@ -185,11 +185,13 @@ def test_without_acks_entries_are_resent_then_a_reboot_sends_them_again(mosquitt
     assert codes == {"dev-001": 1}, console[-3000:]  # not drained: entries await their e2e ack
     assert not acker.errors, acker.errors[:5]
     assert s1["outbox_records"] == s1["stored_records"] > 0 and s1["acked_records"] == 0, s1
-    assert s1["e2e_resends"] >= s1["stored_batches"], s1  # each batch sent again at least once after 1 s
+    # paced (issue 22): with no ack at all, only the oldest batch is sent again, as a probe, the
+    # pauses doubling from resend_after_s (1, 2, 4 s: at most 4 in the ~7 s run), not every batch each 1 s
+    assert 1 <= s1["e2e_resends"] <= 4, s1
     assert s1["publishes"] == s1["stored_batches"] + s1["e2e_resends"] == len(seen_first), s1
-    # the resends are the same batches (same batch-seq), new PUBLISHes
+    # the resends are the oldest batch (same batch-seq), new PUBLISHes
     first = [b for b in seen_first]
-    assert len(set(first)) == s1["stored_batches"] and len(first) > len(set(first))
+    assert len(set(first)) == s1["stored_batches"] and first.count(first[0]) == 1 + s1["e2e_resends"], first
     assert codes2 == {"dev-001": 0}, console[-3000:]
     assert s2["boot"] == s1["boot"] + 1 and s2["outbox_depth"] == 0 and s2["dropped_total"] == 0, s2
     assert {r for r in acker.records} >= stored

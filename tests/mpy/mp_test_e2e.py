@@ -1,17 +1,19 @@
 # MicroPython tests of firmware/mqb_e2e.py (end-to-end acks, docs/e2e-ack.md) with a
-# real Outbox on the host filesystem: ack payload rules, the window (sent, PUBACKed,
-# overdue, covered by a range), removal recorded durably on flash, bad acks counted
-# and logged once, no allocation when an ack is matched, and the e2e_ack config checks.
+# real Outbox on the host filesystem: ack payload rules, the table of entries sent (as
+# large as the outbox: sent, PUBACKed, overdue, covered by a range), removal recorded
+# durably on flash, paced resends, an outbox that needs room releasing PUBACKed entries
+# (released_unconfirmed) and dropping only what the broker never accepted (dropped_total),
+# bad acks counted and logged once, no allocation when an ack is matched, the config checks.
 import struct
 import time
 from array import array
 import mqb_e2e as M
 from mqb_client import Client
-from mqb_outbox import Outbox, UNKNOWN
+from mqb_outbox import Outbox, UNKNOWN, FULL, STOP
 from outbox_util import TmpDir, assert_no_alloc, payload, raises
 
 ACK = b"mqbatch/d/ack"
-WINDOW = 8                      # mqb_e2e._WINDOW
+WINDOW = 8                      # entries in flight in the allocation test
 ACKED_BATCHES, ACKED_RECORDS = 3, 4      # mqb_app's App.count indexes
 RESENDS, BAD_ACKS, COVERED = 0, 1, 2     # E2E.values
 
@@ -24,8 +26,8 @@ class Rig:
     """An outbox with entries of 10 records each (boot 3, seq 0.., 10 per entry) and
     an E2E over a client that is never connected."""
 
-    def __init__(self, root, entries, resend_ms=1000):
-        self.ob = Outbox(root, 4096, 4, 16)
+    def __init__(self, root, entries, resend_ms=1000, ob=(4096, 4, 16), policy="drop_oldest"):
+        self.ob = Outbox(root, ob[0], ob[1], ob[2], policy)
         self.eids = [self.ob.append(payload(i, 50), 10, 3, 10 * i, 10 * i + 9) for i in range(entries)]
         self.logs = []
         self.count = array("i", bytes(4 * 17))
@@ -68,7 +70,6 @@ def test_pubacked_entries_wait_for_a_covering_range_then_leave_durably():
         r = Rig(d, 4)
         e = r.e
         for eid in r.eids:
-            assert e.find(-1) >= 0
             r.send(eid)
             assert e.find(eid) >= 0
         e.code = 1                             # SUBACK granted QoS 1
@@ -106,24 +107,171 @@ def test_overdue_entries_come_back_for_resend_and_a_refused_subscription_ends_th
         now = time.ticks_ms()
         assert e.pop(now) == -1                              # not yet
         assert e.pop(time.ticks_add(now, 1100)) == r.eids[0]  # after resend_after_s
-        assert e.pop(time.ticks_add(now, 1100)) == -1        # handed out once, back to "sent"
+        assert e.pop(time.ticks_add(now, 1100)) == -1        # handed out once, now "resent"
         assert e.find(r.eids[0]) >= 0
         e.code = 0x87                                        # refused on this connection
         assert e.ack(r.eids[1]) is False and e.find(r.eids[1]) < 0
         assert r.ob.depth == 2                               # the caller removes it (PUBACK ends the line)
 
 
-def test_window_full_then_freed_by_entries_gone_from_the_outbox():
+def test_the_whole_outbox_may_await_e2e_acks_and_gone_entries_leave_the_table():
+    """No window of 8 (issue 22): every entry of the outbox can be sent and PUBACKed."""
     with TmpDir("e2e") as d:
-        r = Rig(d, WINDOW + 1)
-        for eid in r.eids[:WINDOW]:
+        r = Rig(d, 64)                           # the outbox holds 4 x 16 = 64 entries
+        r.e.code = 1
+        for eid in r.eids:
             r.send(eid)
-        assert r.e.find(-1) < 0
-        assert "window full" in str(raises(RuntimeError, r.send, r.eids[-1]))
-        r.ob.discard(r.eids[3])                  # e.g. refused for good, counted dropped
-        assert r.e.find(-1) >= 0 and r.e.find(r.eids[3]) < 0
-        r.e.discard(r.eids[4])
+            assert r.e.ack(eid)
+        assert all(r.e.find(eid) >= 0 for eid in r.eids) and r.ob.depth == 64
+        r.ob.discard(r.eids[3])                  # e.g. refused for good: the table skips it
+        r.e.discard(r.eids[4])                   # PUBACKed, not resent: leaves the table
         assert r.e.find(r.eids[4]) < 0
+        r.deliver(ack((3, 0, 639)))
+        assert r.ob.depth == 1 and r.pending() == [r.eids[4]]   # it is sent again as new
+
+
+def released(e):
+    s = {}
+    e.summary(s)
+    return s["released_unconfirmed"]
+
+
+def problems(e, ob, rel, dropped):
+    """What is wrong with the two counters (the E2E's released_unconfirmed, the outbox's
+    dropped_total) and their since-boot reports for the health record."""
+    out = []
+    if released(e) != rel:
+        out.append("released_unconfirmed %d, expected %d" % (released(e), rel))
+    if ob.dropped_total != dropped:
+        out.append("dropped_total %d, expected %d" % (ob.dropped_total, dropped))
+    if e.released_report() != rel or ob.dropped_report() != dropped:
+        out.append("reports %d / %d" % (e.released_report(), ob.dropped_report()))
+    return out
+
+
+def fill_and_roll(d, broken=False):
+    """Two segments of 4 entries of 10 records: in the oldest, 3 entries PUBACKed and
+    awaiting their e2e ack and 1 sent without a PUBACK; in the newest, 2 PUBACKed and 2
+    never sent. Two appends past full roll both segments out."""
+    r = Rig(d, 8, ob=(1024, 2, 4))
+    if broken:
+        r.ob.held = None                         # the accounting before issue 22: all "dropped"
+    r.e.code = 1
+    for k in (0, 1, 2, 4, 5):
+        r.send(r.eids[k])
+        assert r.e.ack(r.eids[k])
+    r.send(r.eids[3])
+    first = problems(r.e, r.ob, 0, 0)
+    assert r.ob.append(payload(8, 50), 10, 3, 80, 89) >= 0       # the oldest segment goes
+    first += problems(r.e, r.ob, 30, 10)
+    for k in range(9, 13):
+        assert r.ob.append(payload(k, 50), 10, 3, 10 * k, 10 * k + 9) >= 0   # and the next one
+    return r, first + problems(r.e, r.ob, 50, 30)
+
+
+def reopen(d, logs):
+    ob = Outbox(d, 1024, 2, 4)
+    return ob, M.E2E(Client(None, b"d"), ACK, 1000, ob, array("i", bytes(4 * 17)), logs.append)
+
+
+def test_outbox_needing_room_releases_pubacked_entries_and_drops_the_rest_counted_exactly():
+    with TmpDir("e2e") as d:
+        r, bad = fill_and_roll(d)
+        assert bad == [], bad
+        assert r.e.pop(time.ticks_add(time.ticks_ms(), 10 ** 6)) == -1   # released entries are not resent
+        # both totals survive a reboot, and the next boot's reports carry what no health record carried
+        r.ob.close()
+        ob, e = reopen(d, r.logs)
+        assert problems(e, ob, 50, 30) == []
+        dr = ob.dropped_report()
+        e.released_report()
+        assert ob.append(b"health", 1, 4, 0, 0, dr) >= 0          # a batch carrying both reports
+        ob.close()
+        ob, e = reopen(d, r.logs)
+        assert (released(e), ob.dropped_total, e.released_report(), ob.dropped_report()) == (50, 30, 0, 0)
+        ob.rebase()                                                # renew_boot: both count from the mark
+        assert (e.released_report(), ob.dropped_report()) == (0, 0)
+    with TmpDir("e2e") as d:                       # the check fails on the old accounting
+        bad = fill_and_roll(d, broken=True)[1]
+        assert "released_unconfirmed 0, expected 30" in bad and "dropped_total 40, expected 10" in bad, bad
+
+
+def test_policy_stop_releases_a_segment_of_pubacked_entries_but_never_drops():
+    with TmpDir("e2e") as d:
+        r = Rig(d, 8, ob=(1024, 2, 4), policy=STOP)
+        r.e.code = 1
+        for k in range(4):
+            r.send(r.eids[k])
+            assert r.e.ack(r.eids[k])
+        r.send(r.eids[4])
+        assert r.ob.append(payload(8, 50), 10, 3, 80, 89) >= 0   # the oldest: all PUBACKed, released
+        assert problems(r.e, r.ob, 40, 0) == []
+        for k in (9, 10, 11):
+            assert r.ob.append(payload(k, 50), 10, 3, 10 * k, 10 * k + 9) >= 0
+        assert r.ob.append(payload(12, 50), 10, 3, 120, 129) == FULL    # the next holds unsent data: stop
+        assert problems(r.e, r.ob, 40, 0) == []
+
+
+def test_resends_are_paced_while_no_ack_comes_back():
+    """An outage of the recorder: 6 entries PUBACKed, no e2e ack for 300 s. Only the
+    oldest is published again, the pauses doubling up to 16 x resend_after_s."""
+    with TmpDir("e2e") as d:
+        r = Rig(d, 6, resend_ms=1000)
+        r.e.code = 1
+        for eid in r.eids:
+            r.send(eid)
+            r.e.ack(eid)
+        t0 = time.ticks_ms()
+        at = []
+        for k in range(0, 300000, 50):
+            eid = r.e.pop(time.ticks_add(t0, k))
+            if eid >= 0:
+                assert eid == r.eids[0], (k, eid)
+                at.append(k)
+                assert r.e.ack(eid)              # the broker takes the copy
+        gaps = [b - a for a, b in zip(at, at[1:])]
+        assert gaps[:4] == [1000, 2000, 4000, 8000] and set(gaps[4:]) == {16000}, at
+        assert len(at) == 22, at                 # the window of 8 sent every 10 s: 1,800 for 6 entries
+        # an ack for the probe: the pauses start again from resend_after_s
+        r.deliver(ack((3, 0, 9)))
+        assert r.e.values[4] == 0                # _TRIES
+
+
+def test_an_entry_overtaken_by_acks_is_resent_at_once():
+    """Acks for entries PUBACKed resend_after_s after an entry came back: its ack is not coming
+    (the broker lost it): it is published again without waiting for a probe."""
+    with TmpDir("e2e") as d:
+        r = Rig(d, 3, resend_ms=40)
+        r.e.code = 1
+        for eid in r.eids:
+            r.send(eid)
+        r.e.ack(r.eids[0])
+        time.sleep_ms(50)
+        r.e.ack(r.eids[1])
+        r.e.ack(r.eids[2])
+        r.deliver(ack((3, 10, 19)))              # entry 1, PUBACKed 50 ms after entry 0
+        now = time.ticks_ms()
+        assert r.e.pop(now) == r.eids[0]         # overtaken: at once
+        assert r.e.pop(now) == -1                # entry 2 was PUBACKed with entry 1: not overtaken
+        assert r.e.values[RESENDS] == 0          # (the caller counts the resend)
+
+
+def test_pacing_and_release_allocate_nothing():
+    with TmpDir("e2e") as d:
+        r = Rig(d, WINDOW)
+        r.e.code = 1
+        for eid in r.eids:
+            r.send(eid)
+            r.e.ack(eid)
+        st = (r.e, r.eids[0], r.eids[-1] + 1, time.ticks_ms())
+
+        def one(i):
+            e, first, end, now = st
+            e.values[7] = 1                      # _DIRTY: a full scan
+            e.pop(now)
+            e.held(first, end)
+
+        assert_no_alloc(one, 200, 50)
 
 
 def test_other_topics_are_ignored():

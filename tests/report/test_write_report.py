@@ -204,3 +204,22 @@ def test_an_output_without_records_yet_still_gets_a_report(tmp_path):
     (out / "report.json").write_text(json.dumps({"landed": 0, "devices": {}, "quarantine": {"by_reason": {}}}))
     html = write_report(out).read_text()
     assert "<title>mqbatch report</title>" in html and "No such readings." in html
+
+
+def test_the_accounting_table_shows_each_device_and_whether_it_balances():
+    """report.json's devices.*.accounting (issue 22) as a table under the outcome; a device whose
+    counters do not balance says NO; a report.json without accounting gets no table."""
+    rep = json.loads(json.dumps(REPORT_JSON))
+    good, bad = DEVICES[0], DEVICES[1]
+    rep["devices"][good]["accounting"] = {
+        "stored": 130, "landed": 120, "absent": 10, "dropped": 4, "released_unconfirmed": 9,
+        "released_landed": 3, "released_not_landed": 6, "lost": 0, "dropped_landed": 0, "balanced": True,
+    }  # fmt: skip
+    rep["devices"][bad]["accounting"] = dict(rep["devices"][good]["accounting"], lost=2, balanced=False)
+    html = htmlreport.render(run_info(), rep, synthetic_records())
+    rows = {m[0]: m[1] for m in re.findall(r"<tr><td>([^<]+)</td>((?:<td[^>]*>[^<]*</td>)+)</tr>", html)}
+    cells = lambda dev: re.findall(r">([^<]*)</td>", rows[dev])  # noqa: E731
+    assert "released unconfirmed" in html and "of those landed" in html
+    assert cells(good) == ["130", "120", "4", "9", "3", "10", "0", "0", "yes"], cells(good)
+    assert cells(bad)[-3:] == ["2", "0", "NO"], cells(bad)
+    assert "of those landed" not in htmlreport.render(run_info(), REPORT_JSON, synthetic_records())

@@ -45,11 +45,12 @@ UNITS = {
     "dropped_total": "records",
     "sampled_total": "records",
     "outbox_bytes": "bytes",
+    "released_unconfirmed": "records",
 }
 TITLES = {  # a channel whose name alone misleads
     "outbox_bytes": "outbox files on flash",
 }
-SKIP_CHANNELS = {"last_error", "sampled_total", "dropped_total"}  # counters the table already shows
+SKIP_CHANNELS = {"last_error", "sampled_total", "dropped_total", "released_unconfirmed"}  # the tables show them
 
 
 @dataclasses.dataclass
@@ -335,7 +336,7 @@ def render(run: RunInfo, rep: dict, records) -> str:
     links = " · ".join(f'<a href="{html.escape(p)}">{html.escape(n)}</a>' for n, p in run.links.items())
     events = table(["t (s)", "event"], [[f"{t:.1f}", e.strip()] for t, e in run.events])
     sections = [
-        ("Outcome", status + table(run.headers, run.rows)),
+        ("Outcome", status + table(run.headers, run.rows) + accounting_section(rep)),
         (
             "Records per second, by arrival",
             _explain(
@@ -474,6 +475,34 @@ OUTCOME_HEADERS = [
     "latency p50",
     "latency p99",
 ]
+
+
+# report.json devices.*.accounting (mqbatch.spark.accounting), in the order shown
+ACCOUNTING_COLUMNS = [
+    ("stored", "stored"),
+    ("landed", "landed"),
+    ("dropped (never reached the broker)", "dropped"),
+    ("released unconfirmed", "released_unconfirmed"),
+    ("of those landed", "released_landed"),
+    ("absent", "absent"),
+    ("lost (counted by nobody)", "lost"),
+    ("dropped but landed", "dropped_landed"),
+]
+
+
+def accounting_section(rep: dict) -> str:
+    """Where every stored record went, per device; empty when report.json has no accounting."""
+    devices = sorted((n, d["accounting"]) for n, d in rep.get("devices", {}).items() if "accounting" in d)
+    if not devices:
+        return ""
+    rows = [[name, *(a[k] for _, k in ACCOUNTING_COLUMNS), "yes" if a["balanced"] else "NO"] for name, a in devices]
+    return _explain(
+        "Where every record went, per device: stored = landed + dropped + released unconfirmed that did not "
+        "land (balanced). Stored: the sequence numbers up to the highest landed one; dropped: the device let it "
+        "go before the broker accepted it; released unconfirmed: accepted by the broker (PUBACK), let go before "
+        "its end-to-end ack came, so it may have landed; absent: sequence numbers that never landed; lost: absent "
+        "and counted by no device counter; dropped but landed: the device counted more dropped than is absent."
+    ) + table(["device", *(h for h, _ in ACCOUNTING_COLUMNS), "balanced"], rows)
 
 
 def report_cells(d: dict, keys: Sequence[str]) -> list:

@@ -206,15 +206,23 @@ class Result:
     dropped: int
     faults: list[str]
     device_stats: dict
+    released: int = 0  # records the devices released unconfirmed (PUBACKed, e2e ack not in; issue 22)
+
+    @property
+    def released_not_landed(self) -> int:
+        """Of the released records, those absent (what the devices counted dropped never landed)."""
+        return min(self.released, max(0, self.stored - self.unique_landed - self.dropped))
 
     @property
     def lost(self) -> int:
-        return self.stored - self.unique_landed - self.dropped
+        """Stored, not landed and counted by no device counter (negative: dropped over-counts)."""
+        return self.stored - self.unique_landed - self.dropped - self.released_not_landed
 
     def line(self) -> str:
         return (
             f"{self.scenario:32s} {self.kind:8s} e2e {'on ' if self.e2e else 'off'}: stored {self.stored:6d}, "
-            f"unique landed {self.unique_landed:6d}, dropped {self.dropped:4d}, LOST {self.lost:5d} "
+            f"unique landed {self.unique_landed:6d}, dropped {self.dropped:4d}, released unconfirmed "
+            f"{self.released} ({self.released - self.released_not_landed} landed), LOST {self.lost:5d} "
             f"({100 * self.lost / max(self.stored, 1):.1f} %), duplicates {self.duplicates}, "
             f"faults: {'; '.join(f'{f} x{n}' if n > 1 else f for f, n in collections.Counter(self.faults).items())}"
         )
@@ -254,11 +262,16 @@ class Harness:
         resend_after_s: float = 3.0,
         misconfigured: bool = False,
         say=print,
+        sample_hz: float | None = None,
+        outage_s: float = 300.0,
     ):
         if kind not in ("virtual", "firmware"):
             raise ValueError(f"device kind {kind!r}: 'virtual' or 'firmware'")
         self.dir = pathlib.Path(run_dir)
         self.kind, self.e2e, self.resend_after_s, self.say = kind, e2e, resend_after_s, say
+        # sample_hz: the firmware at the demo's configuration (scenarios.demo.DEVICE_CONFIG) at this
+        # rate, resend_after_s included; None: the harness's own (50 Hz, batches of 20)
+        self.sample_hz, self.outage_s = sample_hz, outage_s
         self.ids = [f"dev-{i:03d}" for i in range(1, devices + 1)]
         # one more device account, never run: the intruder of the foreign-subscriber and takeover scenarios
         self.stack = LocalStack(self.dir / "stack", self.ids + [INTRUDER], **({"limits": limits} if limits else {}))
@@ -310,15 +323,22 @@ class Harness:
         else:
             from mqbatch.lab.devices import Fleet
 
-            cfg = {
-                "sample_hz": 50,
-                "run_for_s": run_for_s,
-                "drain_timeout_s": 60,
-                "health_every_s": 1,
-                "flush": {"max_count": 20, "max_age_ms": 200},
-                "backoff": {"initial_ms": 200, "max_ms": 1000},
-            }
-            cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": max(1, round(self.resend_after_s))}
+            if self.sample_hz is not None:
+                from mqbatch.scenarios.demo import DEVICE_CONFIG
+
+                cfg = json.loads(json.dumps(DEVICE_CONFIG))
+                cfg.update(sample_hz=self.sample_hz, run_for_s=run_for_s, drain_timeout_s=120)
+                cfg["e2e_ack"]["enabled"] = self.e2e
+            else:
+                cfg = {
+                    "sample_hz": 50,
+                    "run_for_s": run_for_s,
+                    "drain_timeout_s": 60,
+                    "health_every_s": 1,
+                    "flush": {"max_count": 20, "max_age_ms": 200},
+                    "backoff": {"initial_ms": 200, "max_ms": 1000},
+                }
+                cfg["e2e_ack"] = {"enabled": self.e2e, "resend_after_s": max(1, round(self.resend_after_s))}
             b = self.stack.broker
             self.fleet = Fleet(
                 self.dir / "devices",
@@ -357,8 +377,13 @@ class Harness:
             stored = self.fleet.stored()
             sums = self.fleet.summaries()
             dropped = sum(s.get("dropped_total", 0) for s in sums.values())
+            released = sum(s.get("released_unconfirmed", 0) for s in sums.values())
             stats = {
-                d: {k: s.get(k) for k in ("dropped_total", "reconnects", "e2e_resends") if k in s}
+                d: {
+                    k: s.get(k)
+                    for k in ("dropped_total", "released_unconfirmed", "reconnects", "e2e_resends", "publishes")
+                    if k in s
+                }
                 for d, s in sums.items()
             }
         if not self.recorder.running:
@@ -368,7 +393,17 @@ class Harness:
         self.stack.broker.stop()
         landed, dups = landed_records(self.landing)
         return Result(
-            "", self.kind, self.e2e, len(self.ids), len(stored), len(landed & stored), dups, dropped, self.faults, stats
+            "",
+            self.kind,
+            self.e2e,
+            len(self.ids),
+            len(stored),
+            len(landed & stored),
+            dups,
+            dropped,
+            self.faults,
+            stats,
+            released if self.kind == "firmware" else 0,
         )
 
     def _recorder_caught_up(self, deadline: float) -> None:
@@ -477,6 +512,30 @@ def recorder_kills(h: Harness, run_for_s: float, rng: random.Random, kills: int 
     time.sleep(max(0.0, run_for_s - (time.monotonic() - h.t0)))
 
 
+def recorder_down(h: Harness, run_for_s: float, rng: random.Random) -> None:
+    """The recorder is down for h.outage_s (issue 22: 300 s at the demo's 10 Hz), from 10 %
+    of the run; the broker queues for its persistent session meanwhile."""
+    time.sleep(run_for_s * 0.1)
+    h.recorder.stop()
+    h.fault(f"recorder stopped for {h.outage_s:g} s")
+    time.sleep(h.outage_s)
+    h.recorder.start()
+    h.fault("recorder restarted")
+    time.sleep(max(0.0, run_for_s - (time.monotonic() - h.t0)))
+
+
+def recorder_kills_10s(h: Harness, run_for_s: float, rng: random.Random, kills: int = 5) -> None:
+    """Recorder SIGKILLs at random moments, each restarted 10 s later (issue 22: x5 at 100 Hz)."""
+    slot = run_for_s * 0.8 / kills
+    for k in range(kills):
+        time.sleep(max(0.0, k * slot + rng.uniform(0, slot - 10) - (time.monotonic() - h.t0)))
+        h.recorder.kill()
+        time.sleep(10)
+        h.recorder.start()
+        h.fault("recorder SIGKILL, restarted after 10 s")
+    time.sleep(max(0.0, run_for_s - (time.monotonic() - h.t0)))
+
+
 def recorder_down_over_queue_limit(h: Harness, run_for_s: float, rng: random.Random) -> None:
     """The recorder is down longer than the broker's queue for it holds (max_queued_messages)."""
     time.sleep(run_for_s * 0.2)
@@ -523,6 +582,8 @@ SCENARIOS = {
     "broker-kills": (broker_kills, None, False),
     "recorder-kills": (recorder_kills, None, False),
     "recorder-down-over-queue-limit": (recorder_down_over_queue_limit, Limits(max_queued_messages=20), False),
+    "recorder-down": (recorder_down, None, False),  # h.outage_s
+    "recorder-kills-10s": (recorder_kills_10s, None, False),
     "foreign-subscriber-acl-file": (foreign_subscriber, None, True),
     "recorder-takeover-acl-file": (recorder_takeover, None, True),
     "foreign-subscriber": (foreign_subscriber, None, False),
@@ -541,6 +602,8 @@ def run_scenario(
     seed: int | None = None,
     resend_after_s: float = 3.0,
     say=print,
+    sample_hz: float | None = None,
+    outage_s: float = 300.0,
 ) -> Result:
     fn, limits, misconfigured = SCENARIOS[name]
     seed = secrets.randbelow(1 << 30) if seed is None else seed
@@ -554,6 +617,8 @@ def run_scenario(
         resend_after_s=resend_after_s,
         misconfigured=misconfigured,
         say=say,
+        sample_hz=sample_hz,
+        outage_s=outage_s,
     )
     say(f"{name}: {devices} {kind} devices, e2e {'on' if e2e else 'off'}, {run_for_s:g} s, seed {seed}")
     try:

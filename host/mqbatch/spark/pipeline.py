@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from mqbatch.spark import arrival, jvm
+from mqbatch.spark import accounting, arrival, jvm
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.decoder import decode_vectorised
 from mqbatch.spark.options import JobOptions
@@ -342,6 +342,7 @@ def build_report(
     unique = unique if unique is not None else deduplicate(records(decoded))
     outcomes = outcome_counts(decoded)
     devices = _devices(outcomes, boot_quality(unique, opts).collect(), latency_percentiles(unique).collect())
+    accounting.add_accounting(devices, accounting.released_per_boot(records(decoded)).collect())  # issue 22
     landed = [r for r in outcomes if r["landed_first"]]
     batches = _tally(outcomes, "batch_status", lambda r: r["landed_first"])
     by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)

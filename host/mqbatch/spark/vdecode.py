@@ -124,8 +124,11 @@ for _c in records.CHANNELS.values():
     _HIGH[_c.id] = _c.high if _c.high is not None else _HIGH[_c.id]
     _DIV[_c.id] = _c.divisor
 _NAMES = pa.array([records.CHANNELS[c].name if c in records.CHANNELS else None for c in range(256)], pa.string())
-# a 6-bit counter per channel slot (<= 7 slots, <= 32 readings): a field >= 2 is a duplicate
-_DUP_MASK = sum(0b111110 << (6 * s) for s in range(7))
+# a 6-bit counter per channel slot (<= 32 readings): a field >= 2 is a duplicate; the slots
+# of the kind with the most channels (8 health channels since 0x87) must fit an int64
+_N_SLOTS = max(int(_SLOT.max()) + 1, 1)
+assert 6 * _N_SLOTS <= 62, f"{_N_SLOTS} channels of one kind: the duplicate counters need more than 62 bits"
+_DUP_MASK = sum(0b111110 << (6 * s) for s in range(_N_SLOTS))
 _HEADER = records.HEADER.size  # 18
 _READING = records.READING.size  # 5
 # JSON-safe property text: printable ASCII without '"' and '\' (json.dumps copies it verbatim)

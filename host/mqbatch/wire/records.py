@@ -91,6 +91,7 @@ CHANNELS = {
         Channel(0x84, "last_error", HEALTH, None, None, 1),
         Channel(0x85, "sampled_total", HEALTH, 0, None, 1),
         Channel(0x86, "outbox_bytes", HEALTH, 0, None, 1),
+        Channel(0x87, "released_unconfirmed", HEALTH, 0, None, 1),
     )
 }
 CHANNEL_BY_NAME = {c.name: c for c in CHANNELS.values()}

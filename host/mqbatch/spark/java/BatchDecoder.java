@@ -77,6 +77,7 @@ public final class BatchDecoder implements Serializable {
         channel(0x84, "last_error", 2, min, max, 1);
         channel(0x85, "sampled_total", 2, 0, max, 1);
         channel(0x86, "outbox_bytes", 2, 0, max, 1);
+        channel(0x87, "released_unconfirmed", 2, 0, max, 1);
     }
 
     // -- options ---------------------------------------------------------------------
@@ -221,7 +222,7 @@ public final class BatchDecoder implements Serializable {
         if ((flags & 0xfe) != 0 || count > MAX_READINGS || n != HEADER + READING * count) return false;
         int timeMs = (p[s + 16] & 0xff) | (p[s + 17] & 0xff) << 8;
         if (timeMs > 999) return false;
-        long seen = 0L;                                      // channel ids < 7 or 0x80..0x86: one bit each
+        long seen = 0L;                                      // channel ids < 7 or 0x80..0x87: one bit each
         for (int i = 0; i < count; i++) {
             int at = s + HEADER + READING * i, ch = p[at] & 0xff;
             if (KIND[ch] != kind) return false;              // unknown channel or kind mismatch
