@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-import pytest
-
 from mqbatch.lab.vboard import VirtualBoard
 from mqbatch.util.paths import BOARDS, FIRMWARE
 from mqbatch.wire import codec, records

@@ -66,6 +66,10 @@ HMAC = {(64, "files"): 2_272, (64, "frozen"): 1_568, (32, "files"): 1_632, (32, 
 E2E = {(64, "files"): 11_936, (64, "frozen"): 5_856, (32, "files"): 13_248, (32, "frozen"): 13_248}
 BUFFER_ROOM = 160  # main.py: two buffers of flush.max_bytes + 160 (measured: +4,096 B for +2,048 B of max_bytes)
 INDEX_SLOT = 7  # outbox RAM index per entry slot (measured: +896 B for 128 more slots, 64-bit)
+# e2e flow control (issue 22): a table of the entries sent and not yet e2e-acked, one slot per
+# outbox index slot: 4 + 12 + 4 + 1 B (mqb_e2e's arrays); E2E above was measured before it
+# (after it, 64-bit ROMFS: +3,712 B for 128 slots, of which this table is 2,688)
+E2E_SLOT = 21
 # mbedTLS on the GC heap (rp2, bare-metal ports): a 16 KB input and a 4 KB output record buffer
 # per connection (MBEDTLS_SSL_IN/OUT_CONTENT_LEN in MicroPython's mbedtls config); a lower bound
 TLS_ON_GC_HEAP = 20_480
@@ -144,6 +148,7 @@ def estimate(config: dict, reading: dict, install: str) -> Estimate:
         terms.append(("batch-hmac", HMAC[key]))
     if config.get("e2e_ack"):  # present after make_config only when enabled
         terms.append(("e2e acks", E2E[key]))
+        terms.append((f"e2e unconfirmed table {slots} slots x {E2E_SLOT}", E2E_SLOT * slots))
     notes = []
     if broker.get("tls") and platform in GC_HEAP_TLS_PLATFORMS:
         terms.append(("TLS on the GC heap (mbedTLS record buffers, at least)", TLS_ON_GC_HEAP))
