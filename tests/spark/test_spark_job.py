@@ -173,6 +173,17 @@ def _iso(ms):
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# run_batch's steps, in order (its `seconds` keys and its progress lines)
+STEPS = [
+    "files.scan",
+    "decode (to staging)",
+    "deduplicate (keys)",
+    "write records/",
+    "write quarantine/",
+    "build_report",
+]
+
+
 def expected_report(partial: bool, reorder_window: int = 3) -> dict:
     a_lat = [2500, 1500, 500, 1500, 500, 3000, 2000, 1000] + ([1500, 500] if partial else []) + [2500, 1500, 500]
     return {
@@ -188,7 +199,12 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
         "landed": 12,
         "received_at": {"min": _iso(T(1, 2) + 500), "max": _iso(T(7, 20) + 700)},
         "batches": {"ok": 10, "discarded": 1, "partial": 1} if partial else {"ok": 10, "discarded": 2},
-        "records": {"received": 20 if partial else 18, "unique": 18 if partial else 16, "duplicates": 2},
+        "records": {
+            "received": 20 if partial else 18,
+            "unique": 18 if partial else 16,
+            "duplicates": 2,
+            "key_collisions": 0,
+        },
         "quarantine": {
             "rows": 6,
             "by_reason": {
@@ -204,6 +220,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
             "files_by_reason": {},
         },
         "quarantined_files": [],
+        "skipped_landing_entries": {"count": 0, "by_reason": {}, "entries": []},
         "devices": {
             "dev-a": {
                 "boots": 2,
@@ -214,6 +231,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
                 "pending_gaps": 0 if partial else 1,
                 "out_of_order": 1,
                 "dropped_on_device": 3,
+                "key_collisions": 0,
                 "quarantined": 1,
                 "latency_ms": _latency(a_lat),
             },
@@ -226,6 +244,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
                 "pending_gaps": 2,
                 "out_of_order": 0,
                 "dropped_on_device": 0,
+                "key_collisions": 0,
                 "quarantined": 4,
                 "latency_ms": _latency([1250, 250, 100, 700]),
             },
@@ -352,14 +371,7 @@ def test_batch_drops_later_copies_without_the_broadcast_hint_too(
     assert _read(spark, tmp_path / "records", "device", "boot", "seq") == _read(
         spark, batch_out / "records", "device", "boot", "seq"
     )
-    assert set(seconds) == {
-        "files.scan",
-        "decode (to staging)",
-        "deduplicate (keys)",
-        "write records/",
-        "write quarantine/",
-        "build_report",
-    }
+    assert set(seconds) == set(STEPS)
 
 
 def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
@@ -430,7 +442,7 @@ def test_landing_files_with_only_the_contract_columns(job, spark, tmp_path):
     (tmp_path / "landing").mkdir()
     landing.write_parquet_atomic(table, tmp_path / "landing", "foreign.parquet")
     report = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), job.JobOptions(reorder_window=0))
-    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1}
+    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1, "key_collisions": 0}
     assert report["devices"]["dev-a"]["out_of_order"] == 0 and report["devices"]["dev-a"]["missing"] == 0
 
 
