@@ -17,6 +17,7 @@ import time
 
 import pytest
 from test_spark_job import expected_report, scenario_files
+from test_spark_outputs import not_utc_micros
 
 from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import write_landing
@@ -241,6 +242,8 @@ def test_example_job_writes_readings_partitioned_by_date_and_device(spark, tmp_p
         ("dev-b", "supply_voltage"),
     }
     assert spark.read.parquet(str(tmp_path / "rejected")).count() == expected_report(False)["quarantine"]["rows"]
+    for table in ("readings", "rejected"):  # UTC microseconds, as the job's own outputs (issue 26.9)
+        assert not_utc_micros(tmp_path / table) == [], table
 
 
 # -- streaming: SIGKILL of the command itself (issue 22.4) ---------------------------------

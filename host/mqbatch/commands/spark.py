@@ -31,7 +31,7 @@ import zipfile
 from mqbatch.commands.report import HtmlReport
 from mqbatch.spark.options import add_arguments, check_paths
 from mqbatch.spark.pipeline import PROGRESS
-from mqbatch.spark.stream import REPORT_WRITTEN
+from mqbatch.spark.stream import LOCK_HELD, REPORT_WRITTEN
 from mqbatch.util.paths import CHECKOUT, ROOT, venv_tool
 from mqbatch.util.procs import die_with_parent
 
@@ -41,6 +41,7 @@ JOB = CHECKOUT / "spark_jobs" / "telemetry_job.py" if CHECKOUT is not None else 
 JOB_ENTRY = "import sys\nfrom mqbatch.spark.job import main\n\nif __name__ == \"__main__\":\n    sys.exit(main())\n"
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # host/mqbatch
 STOP_GRACE_S = 20  # after SIGTERM, then SIGKILL
+TO_STDERR = (PROGRESS.encode(), LOCK_HELD.encode())  # lines of the job's stdout that go to our stderr
 
 
 def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
@@ -193,8 +194,8 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
             if received:
                 held.append(line)
                 continue
-            # the job's progress lines reach us on the JVM's stdout (PythonRunner): stderr is theirs
-            out = sys.stderr if line.startswith(PROGRESS.encode()) else sink
+            # the job's progress and error lines reach us on the JVM's stdout (PythonRunner): stderr is theirs
+            out = sys.stderr if line.startswith(TO_STDERR) else sink
             out.buffer.write(line)
             out.flush()
             if on_line is not None and sink is sys.stdout:

@@ -56,6 +56,7 @@ OUTPUTS = ("records", "quarantine", "_decoded")
 # the line the job prints (on stdout) after each rewrite of report.json: `mqbatch spark --stream`
 # writes the HTML report when it sees it (the command layer's callback across spark-submit)
 REPORT_WRITTEN = "telemetry_job: report.json written"
+LOCK_HELD = "telemetry_job: another job is streaming with the checkpoint"  # then the checkpoint
 # the binaryFile source's fixed schema; the job selects `path` only, so file contents are not read
 FILE_SOURCE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -265,8 +266,7 @@ def lock_checkpoint(checkpoint: str) -> int:
     except BlockingIOError:
         os.close(fd)
         raise SystemExit(
-            f"telemetry_job: another job is streaming with the checkpoint {checkpoint} "
-            "(its .lock is held); stop it first or give --checkpoint another folder"
+            f"{LOCK_HELD} {checkpoint} (its .lock is held); stop it first or give --checkpoint another folder"
         ) from None
     _HELD[key] = fd
     return fd
