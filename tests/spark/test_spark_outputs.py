@@ -159,7 +159,7 @@ def test_mqbatch_spark_under_umask_022_private_utc_micros_progress_and_html(tmp_
     proc = subprocess.run(
         [str(VENV_BIN / "mqbatch"), "spark", "--landing", str(tmp_path / "landing"), "--out", str(tmp_path / "out")]
         + ["--reorder-window", "3", "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
-        + ["--conf", "spark.sql.shuffle.partitions=2"],
+        + ["--conf", "spark.sql.shuffle.partitions=2", "--html"],
         capture_output=True,
         text=True,
         timeout=600,
