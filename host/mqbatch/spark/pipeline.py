@@ -550,7 +550,8 @@ def first_arrivals(arrivals: DataFrame) -> DataFrame:
     (device, boot), with `_first`: the first arrival of its (device, boot, seq, content), kept
     in records/ (a key collision is kept, a resend is not), and KEY_FIRST (_dedup_flags).
     The report's windows reuse this partitioning."""
-    return _dedup_flags(arrivals.select(*KEY_COLUMNS, content_hash().alias(CONTENT)).repartition("device", "boot"))
+    content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # run_batch stages it
+    return _dedup_flags(arrivals.select(*KEY_COLUMNS, content.alias(CONTENT)).repartition("device", "boot"))
 
 
 def _remove(spark: SparkSession, path: str) -> None:
@@ -606,6 +607,9 @@ def run_batch(
         ids = F.monotonically_increasing_id()
         (
             rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+            # the content hash while the readings are at hand: de-duplication then reads 8 bytes
+            # per record from the staged copy instead of the readings again
+            .withColumn(CONTENT, content_hash())
             .write.mode("overwrite" if part == 0 else "append")
             .parquet(staging)
         )
@@ -613,9 +617,8 @@ def run_batch(
     in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
     with _step(seconds, "decode (to staging)", say):
         job_decode_to(spark, read_landing(spark, paths), opts, stage)
-    decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])).parquet(
-        staging
-    )
+    staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
+    decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
     arrivals = records(decoded)
     keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
     try:
