@@ -218,14 +218,14 @@ def content_hash() -> Column:
 def _dedup_flags(keyed: DataFrame) -> DataFrame:
     """`_first`: the first arrival of its (device, boot, seq, content): the record kept (a later
     arrival of the same content is a duplicate; another content under the same key is a key
-    collision, kept too). KEY_FIRST: the first arrival of its (device, boot, seq) (ties by
-    content), one per key. The second window has no order, so the sort the first one needs
-    (device, boot, seq, content, arrival) serves both: Spark sorts the keys once."""
-    same = Window.partitionBy("device", "boot", "seq", CONTENT).orderBy(*ARRIVAL_ORDER)
-    arrived = F.struct(*ARRIVAL_ORDER, CONTENT)
-    first_of_key = F.min(arrived).over(Window.partitionBy("device", "boot", "seq"))
-    return keyed.withColumn("_first", F.row_number().over(same) == 1).withColumn(
-        KEY_FIRST, F.col("_first") & (arrived == first_of_key)
+    collision, kept too). KEY_FIRST: the first arrival of its (device, boot, seq). One window
+    spec, (device, boot, seq) in arrival order, so one sort, as for the key alone: `_first`
+    is "no earlier arrival of the key has this content" (the contents of the earlier
+    arrivals, a list of a few values at most: the copies of one record)."""
+    key = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
+    earlier = F.collect_list(CONTENT).over(key.rowsBetween(Window.unboundedPreceding, -1))
+    return keyed.withColumn(KEY_FIRST, F.row_number().over(key) == 1).withColumn(
+        "_first", F.col(KEY_FIRST) | ~F.array_contains(earlier, F.col(CONTENT))
     )
 
 
