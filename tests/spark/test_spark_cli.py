@@ -262,14 +262,18 @@ def test_sigkill_of_mqbatch_spark_stream_leaves_no_jvm_and_the_restart_reports_a
     argv = ["--landing", str(landing), "--out", str(out), "--stream", "--trigger-seconds", "1"]
     argv += ["--reorder-window", "3", *SMALL]
     job = Job(argv, tmp_path)
-    job.wait_for("batch 0: 1 files")  # committed, and its report written
-    want = json.loads((out / "report.json").read_text())
-    assert want["landed"] == 6 and want["records"]["unique"] == 8
+    try:
+        job.wait_for("batch 0: 1 files")  # committed, and its report written
+        want = json.loads((out / "report.json").read_text())
+        assert want["landed"] == 6 and want["records"]["unique"] == 8
 
-    second = subprocess.run([MQBATCH, "spark", *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert second.returncode != 0
-    assert f"another job is streaming with the checkpoint {out}/_checkpoint" in second.stderr, second.stderr[-3000:]
-    assert "SparkContext" not in second.stderr and "Traceback" not in second.stderr, second.stderr[-3000:]
+        second = subprocess.run([MQBATCH, "spark", *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert second.returncode != 0
+        assert f"another job is streaming with the checkpoint {out}/_checkpoint" in second.stderr, second.stderr[-3000:]
+        assert "SparkContext" not in second.stderr and "Traceback" not in second.stderr, second.stderr[-3000:]
+    except BaseException:
+        job.proc.kill()  # a failed check leaves no stream behind (the JVM dies with the command)
+        raise
 
     pgid = job.spark_group()
     os.kill(job.proc.pid, signal.SIGKILL)  # the command only: its children get no signal from us
