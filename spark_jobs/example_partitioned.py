@@ -35,6 +35,7 @@ def readings(unique: DataFrame) -> DataFrame:
 
 
 def build(spark: SparkSession, landing: str, out: str) -> None:
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # UTC-adjusted, not INT96
     decoded = decode(read_landing(spark, landing), JobOptions()).cache()  # decoded once, used twice
     try:
         (

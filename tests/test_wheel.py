@@ -347,4 +347,4 @@ def test_installed_spark_runs_the_job(venv):
     assert [p.suffix for p in (cache / "mqbatch" / "jvm").iterdir()] == [".jar"]
     assert "fast path is off" not in s.stderr
     report = json.loads((out / "report.json").read_text())
-    assert report["records"] == {"received": 3, "unique": 3, "duplicates": 0}, report
+    assert report["records"] == {"received": 3, "unique": 3, "duplicates": 0, "key_collisions": 0}, report

@@ -482,7 +482,7 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
         "RECORD_VALUE_OUT_OF_RANGE": 1,
         "TOPIC_NOT_TELEMETRY": 1,
     }
-    assert report["records"] == {"received": 34, "unique": 24, "duplicates": 10}
+    assert report["records"] == {"received": 34, "unique": 24, "duplicates": 10, "key_collisions": 0}
     recs = spark.read.parquet(str(tmp_path / "out" / "records")).orderBy("device", "boot", "seq").collect()
     assert [(r.device, r.boot, r.seq, r.kind) for r in recs] == (
         [("dev-1", 1, s, "sample") for s in list(range(10)) + list(range(12, 20))]
@@ -509,6 +509,7 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
             "pending_gaps": 0,
             "out_of_order": 0,
             "dropped_on_device": 2,
+            "key_collisions": 0,
             "quarantined": 0,
         },
         "dev-2": {
@@ -520,6 +521,7 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
             "pending_gaps": 0,
             "out_of_order": 0,
             "dropped_on_device": 0,
+            "key_collisions": 0,
             "quarantined": 4,
         },
     }

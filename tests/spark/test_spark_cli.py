@@ -13,9 +13,11 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 from test_spark_job import expected_report, scenario_files
+from test_spark_outputs import not_utc_micros
 
 from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import write_landing
@@ -241,3 +243,58 @@ def test_example_job_writes_readings_partitioned_by_date_and_device(spark, tmp_p
         ("dev-b", "supply_voltage"),
     }
     assert spark.read.parquet(str(tmp_path / "rejected")).count() == expected_report(False)["quarantine"]["rows"]
+    for table in ("readings", "rejected"):  # UTC microseconds, as the job's own outputs (issue 26.9)
+        assert not_utc_micros(tmp_path / table) == [], table
+
+
+# -- streaming: SIGKILL of the command itself (issue 22.4) ---------------------------------
+
+
+def test_sigkill_of_mqbatch_spark_stream_leaves_no_jvm_and_the_restart_reports_at_once(tmp_path, scenario_dir):
+    """SIGKILL to `mqbatch spark --stream` (no handler runs) left its JVM streaming in its own
+    session, and a restarted job died with CONCURRENT_STREAM_LOG_UPDATE; a kill between a
+    batch's commit and its report left report.json stale until new data came. Now the JVM
+    dies with the command (PR_SET_PDEATHSIG) and the job's Python driver with the JVM, a
+    second stream on the same checkpoint is refused in one line, and a restart rewrites
+    report.json (and the HTML report) from the committed state before its first micro-batch."""
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    shutil.copy(scenario_dir / "landing-r1-00000000.parquet", landing)
+    argv = ["--landing", str(landing), "--out", str(out), "--stream", "--trigger-seconds", "1"]
+    argv += ["--reorder-window", "3", *SMALL]
+    job = Job(argv, tmp_path)
+    try:
+        job.wait_for("batch 0: 1 files")  # committed, and its report written
+        want = json.loads((out / "report.json").read_text())
+        assert want["landed"] == 6 and want["records"]["unique"] == 8
+
+        second = subprocess.run([MQBATCH, "spark", *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert second.returncode != 0
+        assert f"another job is streaming with the checkpoint {out}/_checkpoint" in second.stderr, second.stderr[-3000:]
+        assert "SparkContext" not in second.stderr and "Traceback" not in second.stderr, second.stderr[-3000:]
+    except BaseException:
+        job.proc.kill()  # a failed check leaves no stream behind (the JVM dies with the command)
+        raise
+
+    pgid = job.spark_group()
+    os.kill(job.proc.pid, signal.SIGKILL)  # the command only: its children get no signal from us
+    job.proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while _group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _group(pgid) == [], "the JVM (or its children) outlived mqbatch spark"
+
+    (out / "report.json").write_text('{"stale": true}\n')  # as if killed between commit and report
+    (out / "report.html").unlink(missing_ok=True)
+    restarted = Job(argv, tmp_path)
+    try:
+        restarted.wait_for("telemetry_job: streaming")  # no new data: no micro-batch will run
+        assert json.loads((out / "report.json").read_text()) == want
+        deadline = time.monotonic() + 120
+        while not (out / "report.html").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert (out / "report.html").is_file(), "the restart wrote no HTML report"
+    finally:
+        os.kill(restarted.proc.pid, signal.SIGTERM)
+        assert restarted.proc.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "CONCURRENT_STREAM_LOG_UPDATE" not in restarted.proc.stderr.read()

@@ -189,6 +189,17 @@ def _accounting(landed: int, absent: int, dropped: int, lost: int, dropped_lande
     }
 
 
+# run_batch's steps, in order (its `seconds` keys and its progress lines)
+STEPS = [
+    "files.scan",
+    "decode (to staging)",
+    "deduplicate (keys)",
+    "write records/",
+    "write quarantine/",
+    "build_report",
+]
+
+
 def expected_report(partial: bool, reorder_window: int = 3) -> dict:
     a_lat = [2500, 1500, 500, 1500, 500, 3000, 2000, 1000] + ([1500, 500] if partial else []) + [2500, 1500, 500]
     return {
@@ -204,7 +215,12 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
         "landed": 12,
         "received_at": {"min": _iso(T(1, 2) + 500), "max": _iso(T(7, 20) + 700)},
         "batches": {"ok": 10, "discarded": 1, "partial": 1} if partial else {"ok": 10, "discarded": 2},
-        "records": {"received": 20 if partial else 18, "unique": 18 if partial else 16, "duplicates": 2},
+        "records": {
+            "received": 20 if partial else 18,
+            "unique": 18 if partial else 16,
+            "duplicates": 2,
+            "key_collisions": 0,
+        },
         "quarantine": {
             "rows": 6,
             "by_reason": {
@@ -220,6 +236,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
             "files_by_reason": {},
         },
         "quarantined_files": [],
+        "skipped_landing_entries": {"count": 0, "by_reason": {}, "entries": []},
         "devices": {
             "dev-a": {
                 "boots": 2,
@@ -230,6 +247,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
                 "pending_gaps": 0 if partial else 1,
                 "out_of_order": 1,
                 "dropped_on_device": 3,
+                "key_collisions": 0,
                 "quarantined": 1,
                 "latency_ms": _latency(a_lat),
                 # 2 seqs absent (boot 1: 6, 7), 3 counted dropped: the counter says 1 more than is absent
@@ -244,6 +262,7 @@ def expected_report(partial: bool, reorder_window: int = 3) -> dict:
                 "pending_gaps": 2,
                 "out_of_order": 0,
                 "dropped_on_device": 0,
+                "key_collisions": 0,
                 "quarantined": 4,
                 "latency_ms": _latency([1250, 250, 100, 700]),
                 "accounting": _accounting(5, 16, dropped=0, lost=16, dropped_landed=0),
@@ -371,14 +390,7 @@ def test_batch_drops_later_copies_without_the_broadcast_hint_too(
     assert _read(spark, tmp_path / "records", "device", "boot", "seq") == _read(
         spark, batch_out / "records", "device", "boot", "seq"
     )
-    assert set(seconds) == {
-        "files.scan",
-        "decode (to staging)",
-        "deduplicate (keys)",
-        "write records/",
-        "write quarantine/",
-        "build_report",
-    }
+    assert set(seconds) == set(STEPS)
 
 
 @pytest.mark.slow
@@ -450,7 +462,7 @@ def test_landing_files_with_only_the_contract_columns(job, spark, tmp_path):
     (tmp_path / "landing").mkdir()
     landing.write_parquet_atomic(table, tmp_path / "landing", "foreign.parquet")
     report = job.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), job.JobOptions(reorder_window=0))
-    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1}
+    assert report["records"] == {"received": 5, "unique": 4, "duplicates": 1, "key_collisions": 0}
     assert report["devices"]["dev-a"]["out_of_order"] == 0 and report["devices"]["dev-a"]["missing"] == 0
 
 

@@ -65,7 +65,7 @@ def test_poison_record_is_quarantined_and_its_neighbours_kept(spark, tmp_path):
     rows.insert(2, landed(A, [POISON], T0_MS + 160_000))
     write_landing(tmp_path / "landing", "r1", 0, rows)
     report = run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), JobOptions())
-    assert report["records"] == {"received": 50, "unique": 50, "duplicates": 0}
+    assert report["records"] == {"received": 50, "unique": 50, "duplicates": 0, "key_collisions": 0}
     assert report["quarantine"]["by_reason"] == {"RECORD_MALFORMED": 1}
     bad = spark.read.parquet(str(tmp_path / "out" / "quarantine")).collect()
     assert [(q.stage, q.reason, q.offset, bytes(q.sub_payload)) for q in bad] == [
@@ -95,9 +95,13 @@ def test_hostile_device_ids_are_rejected_with_a_reason(device):
 
 def test_device_id_alphabet_and_length():
     assert records.device_from_topic("mqbatch/" + "a" * 64 + "/telemetry") == "a" * 64
-    assert records.device_from_topic("mqbatch/Dev_1.x-2/telemetry") == "Dev_1.x-2"
+    assert records.device_from_topic("mqbatch/dev_1.x-2/telemetry") == "dev_1.x-2"
     with pytest.raises(records.RecordError):
         records.device_from_topic("mqbatch/" + "a" * 65 + "/telemetry")
+    # the rule of `fleet add` (mqbatch.wire.device_id, issue 23.5): no upper case, no `.`/`..`
+    for device, why in (("Dev_1.x-2", "upper case"), (".", "must start with"), ("..", "must start with")):
+        with pytest.raises(records.RecordError, match=why):
+            records.device_from_topic(f"mqbatch/{device}/telemetry")
 
 
 def test_landed_hostile_device_ids_are_quarantined(spark, tmp_path):
@@ -173,7 +177,7 @@ def test_bad_file_is_detected_with_its_reason(tmp_path, name):
 @pytest.mark.parametrize("name", list(BAD_FILES))
 def test_bad_file_is_quarantined_and_the_rest_processed(bad_zone, name):
     d, report = bad_zone
-    assert report["records"] == {"received": 50, "unique": 50, "duplicates": 0}
+    assert report["records"] == {"received": 50, "unique": 50, "duplicates": 0, "key_collisions": 0}
     assert report["quarantine"]["files"] == len(BAD_FILES)
     assert report["quarantine"]["files_by_reason"] == {r: 1 for _, r in BAD_FILES.values()}
     got = {q["file"]: q["reason"] for q in report["quarantined_files"]}

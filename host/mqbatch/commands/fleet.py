@@ -11,10 +11,11 @@ import pathlib
 import signal
 import sys
 
+from mqbatch.commands.report import HtmlReport
 from mqbatch.fleet import provision as fleet
 from mqbatch.fleet.deploy import BOARD_NAMES
 from mqbatch.lab.devices import from_fleet, progress_lines
-from mqbatch.util.argtypes import existing_file
+from mqbatch.util.argtypes import directory, existing_file
 from mqbatch.util.paths import ROOT
 from mqbatch.util.procs import stop_signals_interrupt
 from mqbatch.util.rundir import DirInUse, lock_dir
@@ -128,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
             f"fleet: {dev}: exit {codes[dev]}, acked {s.get('acked_records')}/{s.get('stored_records')} records, "
             f"outbox {s.get('outbox_depth')} (console: {devices.dir(dev) / 'console.log'})"
         )
+    if args.spark_out:  # the HTML report of the Spark output these devices feed, as the demo writes it
+        HtmlReport(args.spark_out, "fleet run").write()
     return 0 if all(codes[d] == 0 and sums.get(d, {}).get("outbox_depth") == 0 for d in args.devices) else 1
 
 
@@ -212,5 +215,11 @@ def register(sub) -> None:
     r.add_argument("--duration", type=float, default=30, help="seconds of sampling")
     r.add_argument("--sample-hz", type=float, default=10)
     r.add_argument("--run-dir", help="flash directories (default run/fleet-devices)")
+    r.add_argument(
+        "--spark-out",
+        type=directory,
+        metavar="DIR",
+        help="the Spark job's --out these devices feed: write DIR/report.html (as `mqbatch report`) after the run",
+    )
     r.set_defaults(action=_run)
     p.set_defaults(func=run)

@@ -10,10 +10,11 @@ Public API (PySpark is imported on first use, so `mqbatch.spark.options` stays l
     decoded = decode(landed, JobOptions())       # DataFrame in DECODED_SCHEMA, one decode pass
     good    = records(decoded)                   # valid records, duplicates included
     bad     = quarantine(decoded)                # rejected PUBLISHes and records, with reason and detail
-    unique  = deduplicate(good)                  # first arrival of each (device, boot, seq)
+    unique  = deduplicate(good)                  # first arrival of each (device, boot, seq, content_hash())
 
     read_landing(spark, dir_or_files)  build_report(decoded, opts)  run_batch(spark, landing, out, opts)
-    run_stream(spark, landing, out, opts, checkpoint=None, trigger_seconds=None)  session(master=None)
+    run_stream(spark, landing, out, opts, checkpoint=None, trigger_seconds=None, on_report=None)
+    session(master=None)
 
 The job's own entry point is mqbatch.spark.job.main (spark_jobs/telemetry_job.py).
 """
@@ -39,6 +40,7 @@ _EXPORTS = {
     "record_rows": "pipeline",
     "quarantine_rows": "pipeline",
     "deduplicate": "pipeline",
+    "content_hash": "pipeline",
     "boot_quality": "pipeline",
     "latency_percentiles": "pipeline",
     "build_report": "pipeline",

@@ -86,14 +86,63 @@ def check_file(path: str) -> BadFile | None:
     return None
 
 
+# landing entries the job does not read (and does not quarantine): counted in report.json
+SKIPPED_HIDDEN = "HIDDEN_NAME"  # a `.`/`_` name: the recorder's in-progress .tmp files, its _wal/, ...
+SKIPPED_EMPTY_DIRECTORY = "EMPTY_DIRECTORY"  # a directory holding no file the job reads or quarantines
+SKIPPED_NOT_A_FILE = "NOT_A_REGULAR_FILE"  # a fifo, socket, device or dangling link
+MAX_LISTED_SKIPS = 100  # report.json lists at most this many skipped entries (all are counted)
+
+
+def walk(directory: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the files Spark would read in a landing directory, sorted; the entries skipped, as
+    (path, reason)). Hidden (`.`/`_`) names are skipped with their contents (one entry);
+    subdirectories are read through; a directory that yields no file is one entry skipped
+    (whatever hidden or empty things are inside it)."""
+    files: list[str] = []
+    skipped: list[tuple[str, str]] = []
+
+    def visit(path: str) -> int:
+        found = 0
+        with os.scandir(path) as entries:
+            for e in sorted(entries, key=lambda e: e.name):
+                if e.name.startswith((".", "_")):
+                    skipped.append((e.path, SKIPPED_HIDDEN))
+                elif e.is_dir():
+                    before = len(skipped)
+                    inner = visit(e.path)
+                    if not inner:  # one entry for the whole directory, not one per thing in it
+                        del skipped[before:]
+                        skipped.append((e.path, SKIPPED_EMPTY_DIRECTORY))
+                    found += inner
+                elif e.is_file():
+                    files.append(e.path)
+                    found += 1
+                else:
+                    skipped.append((e.path, SKIPPED_NOT_A_FILE))
+        return found
+
+    visit(directory)
+    return sorted(files), sorted(skipped)
+
+
 def landing_files(directory: str) -> list[str]:
-    """The files Spark would read in a landing directory: hidden (`.`/`_`) names and
+    """The files Spark would read in a landing directory (walk): hidden (`.`/`_`) names and
     directories (`_wal/`) skipped, sorted."""
-    out = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        out += [os.path.join(root, f) for f in files if not f.startswith((".", "_"))]
-    return sorted(out)
+    return walk(directory)[0]
+
+
+def skipped_report(directory: str) -> dict:
+    """report.json's `skipped_landing_entries` of a local landing directory: every entry the
+    job neither read nor quarantined, counted by reason, the first MAX_LISTED_SKIPS listed."""
+    skipped = [] if "://" in directory else walk(directory)[1]
+    by_reason: dict = {}
+    for _, reason in skipped:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    return {
+        "count": len(skipped),
+        "by_reason": dict(sorted(by_reason.items())),
+        "entries": [{"entry": path, "reason": reason} for path, reason in skipped[:MAX_LISTED_SKIPS]],
+    }
 
 
 def split_files(paths: list[str]) -> tuple[list[str], list[BadFile]]:

@@ -14,8 +14,10 @@ from pyspark.sql import SparkSession
 
 from mqbatch.spark import jvm
 from mqbatch.spark.options import add_arguments, check_paths, options_from
-from mqbatch.spark.pipeline import run_batch
-from mqbatch.spark.stream import run_stream
+from mqbatch.spark.pipeline import HADOOP_UMASK, PARQUET_TIMESTAMPS, run_batch
+from mqbatch.spark.stream import REPORT_WRITTEN, lock_checkpoint, run_stream
+from mqbatch.util.private import private_dir
+from mqbatch.util.procs import die_with_parent
 
 
 def session(master: str | None = None, log_level: str | None = None, **conf_items: str) -> SparkSession:
@@ -44,6 +46,8 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
         SparkSession.builder.appName("mqbatch-telemetry")
         .config(conf=conf)
         .config("spark.sql.session.timeZone", "UTC")
+        .config(*PARQUET_TIMESTAMPS)
+        .config(f"spark.hadoop.{HADOOP_UMASK[0]}", HADOOP_UMASK[1])
         .getOrCreate()
     )
     if log_level:
@@ -63,8 +67,9 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> dict:
             opts,
             args.checkpoint,
             trigger_seconds=args.trigger_seconds if args.stream else None,
+            on_report=lambda out: print(f"{REPORT_WRITTEN} ({out})", flush=True),
         )
-    return run_batch(spark, args.landing, args.out, opts)
+    return run_batch(spark, args.landing, args.out, opts, say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def summary(report: dict, out: str) -> str:
@@ -72,7 +77,9 @@ def summary(report: dict, out: str) -> str:
     return (
         f"telemetry_job: {report['landed']} landed PUBLISHes, {report['records']['unique']} records "
         f"({report['records']['duplicates']} duplicates), {q['rows']} quarantined "
-        f"{json.dumps(q['by_reason'], sort_keys=True)}, {q['files']} landing files quarantined -> {out}"
+        f"{json.dumps(q['by_reason'], sort_keys=True)}, {q['files']} landing files quarantined, "
+        f"{report['records'].get('key_collisions', 0)} key collisions (kept), "
+        f"{report.get('skipped_landing_entries', {}).get('count', 0)} landing entries skipped -> {out}"
     )
 
 
@@ -85,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(p)
     args = p.parse_args(argv)
     check_paths(args)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: this driver dies with its JVM
+        die_with_parent(os.getppid())
+    if args.stream or args.once:  # one stream per checkpoint: a second one fails before its SparkContext starts
+        private_dir(args.out)
+        lock_checkpoint(args.checkpoint or f"{args.out}/_checkpoint")
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C: the query ends, the JVM is stopped
         signal.signal(sig, _stop_on)
     spark = session(args.master, args.log_level)

@@ -10,7 +10,8 @@ import pathlib
 import stat
 
 from mqbatch.util.argtypes import positive_int as _positive
-from mqbatch.wire import codec, integrity, records
+from mqbatch.wire import codec, integrity
+from mqbatch.wire.device_id import device_id_problem
 from mqbatch.wire.integrity import write_hmac_keys  # noqa: F401 (re-exported: the job's keys file)
 
 LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -77,10 +78,9 @@ def load_hmac_keys(path: str) -> tuple:
         raise SystemExit(f"{where} must hold a JSON object {{device id: hex key}}, not {type(data).__name__}")
     keys = []
     for device, text in sorted(data.items()):
-        if not records.DEVICE_ID_RE.fullmatch(device):
-            raise SystemExit(
-                f"{where}: {device!r} is not a device id (1..{records.MAX_DEVICE_ID} of A-Z a-z 0-9 _ . -)"
-            )
+        problem = device_id_problem(device)
+        if problem is not None:
+            raise SystemExit(f"{where}: {problem}")
         try:
             keys.append((device, integrity.parse_key(text)))
         except ValueError as e:

@@ -44,6 +44,7 @@ from mqbatch.spark.schema import (
     RECORD_COLUMNS,
 )
 from mqbatch.spark.vdecode import NOT_FOR_RECORDS
+from mqbatch.util.private import DIR_MODE, FILE_MODE, private_dir, write_private
 from mqbatch.wire import codec
 
 # The decoder the pipeline runs per Arrow batch: (pa.RecordBatch, JobOptions) -> pa.RecordBatch
@@ -200,10 +201,39 @@ def records(decoded: DataFrame) -> DataFrame:
 quarantine_rows, record_rows = quarantine, records  # the names before mqbatch.spark existed
 
 
+CONTENT = "_content"  # the content hash of a valid record (content_hash)
+KEY_FIRST = "_key_first"  # true on one kept record per (device, boot, seq): gaps and order count it
+
+
+def content_hash() -> Column:
+    """A 64-bit hash of what a valid record says: format, kind, synced, device time and the
+    readings (channel, raw value, and what the job derived from them). A binary record's bytes
+    are exactly these fields (records.encode_binary: header + (channel, value) pairs; reserved
+    bits are refused), so equal hashes mean equal bytes but for a 2^-64 chance; two JSON
+    records that differ only in spacing or key order are the same record. Computed from
+    the decoded columns, so records/ (which has no sub_payload) gives the same value."""
+    return F.xxhash64("record_format", "kind", "synced", "device_time", "readings")
+
+
+def _dedup_flags(keyed: DataFrame) -> DataFrame:
+    """`_first`: the first arrival of its (device, boot, seq, content): the record kept (a later
+    arrival of the same content is a duplicate; another content under the same key is a key
+    collision, kept too). KEY_FIRST: the first arrival of its (device, boot, seq). One window
+    spec, (device, boot, seq) in arrival order, so one sort, as for the key alone: `_first`
+    is "no earlier arrival of the key has this content" (the contents of the earlier
+    arrivals, a list of a few values at most: the copies of one record)."""
+    key = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
+    earlier = F.collect_list(CONTENT).over(key.rowsBetween(Window.unboundedPreceding, -1))
+    return keyed.withColumn(KEY_FIRST, F.row_number().over(key) == 1).withColumn(
+        "_first", F.col(KEY_FIRST) | ~F.array_contains(earlier, F.col(CONTENT))
+    )
+
+
 def deduplicate(arrivals: DataFrame) -> DataFrame:
-    """The first arrival of each (device, boot, seq)."""
-    first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
-    return arrivals.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
+    """The first arrival of each (device, boot, seq, content): true duplicates (a resend, same
+    content) removed, key collisions (same key, other content) kept; with KEY_FIRST."""
+    flagged = _dedup_flags(arrivals.withColumn(CONTENT, content_hash()))
+    return flagged.where(F.col("_first")).drop("_first", CONTENT)
 
 
 def record_output(unique: DataFrame) -> DataFrame:
@@ -220,19 +250,25 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     ran a 768 MB driver out of memory): the seqs of a boot are unique, so its absent seqs
     are max_seq + 1 - unique, of which `missing` are those at or below max_seq - window
     (absent seqs below a record are gaps before it); out-of-order records are counted
-    streaming in arrival order (arrival.count_out_of_order)."""
+    streaming in arrival order (arrival.count_out_of_order). Gaps and order count one record
+    per (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
+    one = unique.where(F.col(KEY_FIRST)) if KEY_FIRST in unique.columns else unique
+    is_key = F.col(KEY_FIRST).cast("long") if KEY_FIRST in unique.columns else F.lit(1).cast("long")
     per_boot = unique.groupBy("device", "boot").agg(
-        F.count("*").alias("unique"), F.max("seq").alias("max_seq"), F.max("dropped_total").alias("dropped_on_device")
+        F.count("*").alias("unique"),
+        F.sum(is_key).alias("_keys"),
+        F.max("seq").alias("max_seq"),
+        F.max("dropped_total").alias("dropped_on_device"),
     )
     limit = per_boot.select("device", "boot", (F.col("max_seq") - F.lit(opts.reorder_window)).alias("_limit"))
     old = (
-        unique.select("device", "boot", "seq")
+        one.select("device", "boot", "seq")
         .join(F.broadcast(limit), ["device", "boot"])
         .groupBy("device", "boot")
         .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old"))
     )
     late = (
-        unique.select("device", "boot", "seq", *ARRIVAL_ORDER)
+        one.select("device", "boot", "seq", *ARRIVAL_ORDER)
         .repartition("device", "boot")
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
         .select("device", "boot", "seq")
@@ -250,9 +286,10 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
             "unique",
             "out_of_order",
             missing.alias("missing"),
-            (F.col("max_seq") + 1 - F.col("unique") - missing).alias("pending"),
+            (F.col("max_seq") + 1 - F.col("_keys") - missing).alias("pending"),
             "max_seq",
             "dropped_on_device",
+            (F.col("unique") - F.col("_keys")).alias("key_collisions"),
         )
     )
 
@@ -319,6 +356,7 @@ def _devices(outcomes: list, boots: list, latency: list) -> dict:
             "pending_gaps": sum(b["pending"] or 0 for b in mine),
             "out_of_order": sum(b["out_of_order"] or 0 for b in mine),
             "dropped_on_device": sum(b["dropped_on_device"] or 0 for b in mine),
+            "key_collisions": sum(b["key_collisions"] or 0 for b in mine),
             "quarantined": quarantined.get(name, 0),
             "latency_ms": None
             if latency_row is None
@@ -348,6 +386,7 @@ def build_report(
     by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
     n_received = sum(d["received"] for d in devices.values())
     n_unique = sum(d["unique"] for d in devices.values())
+    n_collisions = sum(d["key_collisions"] for d in devices.values())
     bad_files = sorted(
         (b.as_dict() if hasattr(b, "as_dict") else dict(b) for b in bad_files or []), key=lambda b: b["file"]
     )
@@ -359,7 +398,12 @@ def build_report(
             "max": max((r["last"] for r in landed if r["last"]), default=None),
         },
         "batches": batches,
-        "records": {"received": n_received, "unique": n_unique, "duplicates": n_received - n_unique},
+        "records": {
+            "received": n_received,
+            "unique": n_unique,
+            "duplicates": n_received - n_unique,
+            "key_collisions": n_collisions,
+        },
         "quarantine": {
             "rows": sum(by_reason.values()),
             "by_reason": by_reason,
@@ -377,11 +421,43 @@ def build_report(
 
 
 def write_report(report: dict, out: pathlib.Path) -> pathlib.Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path, tmp = out / "report.json", out / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, sort_keys=True, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """OUT/report.json, replaced atomically, 0600 (in a 0700 folder if it creates it)."""
+    private_dir(out)
+    return write_private(out / "report.json", json.dumps(report, sort_keys=True, indent=2) + "\n")
+
+
+# -- outputs private at rest and tables every tool reads right ----------------------------
+
+# every Parquet output: INT64 TIMESTAMP_MICROS, isAdjustedToUTC (Spark's default is legacy
+# INT96, which pyarrow, pandas and DuckDB read as zone-less nanoseconds)
+PARQUET_TIMESTAMPS = ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+# what Hadoop's file systems create: 0700 folders, 0600 files, whatever the JVM's umask
+HADOOP_UMASK = ("fs.permissions.umask-mode", "077")
+
+
+def private_output(spark: SparkSession, out: str) -> None:
+    """Before the job writes under `out`: the session writes UTC microsecond timestamps and
+    private files (Hadoop umask 077; a FileSystem Hadoop cached before keeps its own, so
+    make_private tightens after the commit too), and a local `out` is a 0700 folder first,
+    so nothing under it is readable by others even while it is written."""
+    spark.conf.set(*PARQUET_TIMESTAMPS)
+    spark.sparkContext._jsc.hadoopConfiguration().set(*HADOOP_UMASK)
+    if "://" not in out:
+        private_dir(out, tighten=True)
+
+
+def make_private(path: str | pathlib.Path) -> None:
+    """Every folder under a local `path` (itself included) 0700, every file 0600."""
+    if "://" in str(path) or not os.path.isdir(path):
+        return
+    os.chmod(path, DIR_MODE)
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), DIR_MODE)
+        for f in files:
+            full = os.path.join(root, f)
+            if not os.path.islink(full):
+                os.chmod(full, FILE_MODE)
 
 
 def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
@@ -471,14 +547,12 @@ BROADCAST_DUPLICATES = 4_000_000
 
 
 def first_arrivals(arrivals: DataFrame) -> DataFrame:
-    """KEY_COLUMNS of the valid records, partitioned by (device, boot), with `_first`: the
-    first arrival of its (device, boot, seq). The report's windows reuse this partitioning."""
-    first = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
-    return (
-        arrivals.select(*KEY_COLUMNS)
-        .repartition("device", "boot")
-        .withColumn("_first", F.row_number().over(first) == 1)
-    )
+    """KEY_COLUMNS of the valid records with their content hash (CONTENT), partitioned by
+    (device, boot), with `_first`: the first arrival of its (device, boot, seq, content), kept
+    in records/ (a key collision is kept, a resend is not), and KEY_FIRST (_dedup_flags).
+    The report's windows reuse this partitioning."""
+    content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # run_batch stages it
+    return _dedup_flags(arrivals.select(*KEY_COLUMNS, content.alias(CONTENT)).repartition("device", "boot"))
 
 
 def _remove(spark: SparkSession, path: str) -> None:
@@ -491,18 +565,29 @@ def _remove(spark: SparkSession, path: str) -> None:
         fs.delete(p.getParent(), False)
 
 
+PROGRESS = "spark: "  # the start of the job's progress lines (`spark: <step> <seconds> s`)
+
+
 @contextlib.contextmanager
-def _step(seconds: dict | None, name: str):
-    """Adds the wall-clock seconds of the block to seconds[name] (when seconds is a dict)."""
+def _step(seconds: dict | None, name: str, say=None):
+    """Adds the wall-clock seconds of the block to seconds[name] (when seconds is a dict)
+    and, when it ends normally, says `spark: <name> <seconds> s` (when say is given)."""
     started = time.monotonic()
+    ok = False
     try:
         yield
+        ok = True
     finally:
+        took = time.monotonic() - started
         if seconds is not None:
-            seconds[name] = seconds.get(name, 0.0) + time.monotonic() - started
+            seconds[name] = seconds.get(name, 0.0) + took
+        if say is not None and ok:
+            say(f"{PROGRESS}{name} {took:.1f} s")
 
 
-def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, seconds: dict | None = None) -> dict:
+def run_batch(
+    spark: SparkSession, landing: str, out: str, opts: JobOptions, seconds: dict | None = None, say=None
+) -> dict:
     """Batch mode: outputs are overwritten, so a rerun gives the same result.
 
     One decode pass: the decoded rows (compact, decoder.compact) are written once to
@@ -510,8 +595,11 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
     De-duplication and the report's windows shuffle only the arrival keys of the records
     (KEY_COLUMNS, persisted); the records themselves are written without a shuffle, the
     later copies of a record dropped by their row id (an anti-join, broadcast when small).
-    `seconds`, if given, receives the wall-clock seconds of each step (the benchmark prints them)."""
-    with _step(seconds, "files.scan"):
+    `seconds`, if given, receives the wall-clock seconds of each step (the benchmark prints them);
+    `say`, if given, is called with one progress line per step as it ends (`mqbatch spark`
+    prints them on stderr). Every folder it creates is 0700 and every file 0600 (private_output)."""
+    private_output(spark, out)
+    with _step(seconds, "files.scan", say):
         paths, bad_files = landing_files.scan(landing)
         size_shuffle(spark, paths)
     staging = f"{out.rstrip('/')}/{STAGING}"
@@ -520,37 +608,41 @@ def run_batch(spark: SparkSession, landing: str, out: str, opts: JobOptions, sec
         ids = F.monotonically_increasing_id()
         (
             rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+            # the content hash while the readings are at hand: de-duplication then reads 8 bytes
+            # per record from the staged copy instead of the readings again
+            .withColumn(CONTENT, content_hash())
             .write.mode("overwrite" if part == 0 else "append")
             .parquet(staging)
         )
 
     in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
-    with _step(seconds, "decode (to staging)"):
+    with _step(seconds, "decode (to staging)", say):
         job_decode_to(spark, read_landing(spark, paths), opts, stage)
-    decoded = spark.read.schema(T.StructType(DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType())])).parquet(
-        staging
-    )
+    staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
+    decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
     arrivals = records(decoded)
     keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with _step(seconds, "deduplicate (keys)"):
+        with _step(seconds, "deduplicate (keys)", say):
             later = keys.where(~F.col("_first")).select(ROW_ID)
             n_later = later.count()
         if n_later:
             arrivals = arrivals.join(
                 F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
             )
-        with _step(seconds, "write records/"):
+        with _step(seconds, "write records/", say):
             _write_records(arrivals, out, "overwrite")
-        with _step(seconds, "write quarantine/"):
+        with _step(seconds, "write quarantine/", say):
             quarantine(decoded).write.mode("overwrite").parquet(f"{out}/quarantine")
-        with _step(seconds, "build_report"):
+        with _step(seconds, "build_report", say):
             report = build_report(decoded, opts, keys.where(F.col("_first")), bad_files)
     finally:
         keys.unpersist()
         _remove(spark, staging)
     _account(in_files, report["landed"])
+    report["skipped_landing_entries"] = landing_files.skipped_report(landing)
     write_report(report, pathlib.Path(out))
+    make_private(out)
     return report
 
 

@@ -13,10 +13,15 @@ file source and its checkpoint decide which, by name). For batch id N the job
     (the commit, with the quarantined files);
  5. recomputes report.json from _decoded/ and the commits.
 
-So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run."""
+So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run; the
+restart rewrites report.json from the committed state before anything else (a kill between
+a commit and its report left it stale), and one stream at a time holds the checkpoint
+(CHECKPOINT/.lock, an flock the kernel drops when its holder dies)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
@@ -31,9 +36,13 @@ from pyspark.sql import functions as F
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.pipeline import (
+    CONTENT,
     build_report,
+    content_hash,
     deduplicate,
     job_decode,
+    make_private,
+    private_output,
     read_landing,
     records,
     size_shuffle,
@@ -41,8 +50,13 @@ from mqbatch.spark.pipeline import (
     write_report,
 )
 from mqbatch.spark.schema import DECODED_SCHEMA
+from mqbatch.util.private import open_private, private_dir, write_private
 
 OUTPUTS = ("records", "quarantine", "_decoded")
+# the line the job prints (on stdout) after each rewrite of report.json: `mqbatch spark --stream`
+# writes the HTML report when it sees it (the command layer's callback across spark-submit)
+REPORT_WRITTEN = "telemetry_job: report.json written"
+LOCK_HELD = "telemetry_job: another job is streaming with the checkpoint"  # then the checkpoint
 # the binaryFile source's fixed schema; the job selects `path` only, so file contents are not read
 FILE_SOURCE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -65,8 +79,9 @@ def _committed(out: pathlib.Path) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in commits]
 
 
-def stream_report(spark: SparkSession, out: str, opts: JobOptions) -> dict:
-    """report.json of everything the stream has committed so far."""
+def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str | None = None) -> dict:
+    """report.json of everything the stream has committed so far (with the landing entries
+    the job skips, files.skipped_report, when `landing` is given)."""
     out_p = pathlib.Path(out)
     decoded = (
         spark.read.schema(DECODED_SCHEMA).parquet(str(out_p / "_decoded"))
@@ -75,12 +90,15 @@ def stream_report(spark: SparkSession, out: str, opts: JobOptions) -> dict:
     )
     bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
     report = build_report(decoded, opts, bad_files=bad)
+    if landing is not None:
+        report["skipped_landing_entries"] = landing_files.skipped_report(landing)
     write_report(report, out_p)
     return report
 
 
 def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions) -> DataFrame:
-    """`unique` without the records an earlier batch wrote (within the watermark)."""
+    """`unique` without the records an earlier batch wrote (within the watermark) with the same
+    content: a resend is dropped, a key collision (same key, other content) is kept."""
     if not _has_parquet(out / "records"):
         return unique
     first = unique.agg(F.min("received_at")).collect()[0][0]
@@ -90,9 +108,10 @@ def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts
     earlier = (
         spark.read.parquet(str(out / "records"))
         .where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since))
-        .select("device", "boot", "seq")
+        .select("device", "boot", "seq", content_hash().alias(CONTENT))
     )
-    return unique.join(earlier, ["device", "boot", "seq"], "left_anti")
+    key = ["device", "boot", "seq", CONTENT]
+    return unique.withColumn(CONTENT, content_hash()).join(earlier, key, "left_anti").drop(CONTENT)
 
 
 def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
@@ -100,12 +119,20 @@ def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
         for src in sorted((staging / name).rglob("*.parquet")):
             rel = src.relative_to(staging / name)
             dst = out / name / rel.parent / f"{tag}-{rel.name}"
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(dst.parent)
             os.replace(src, dst)
 
 
 def process_batch(
-    spark: SparkSession, files_df: DataFrame, batch_id: int, out: str, opts: JobOptions, say=print
+    spark: SparkSession,
+    files_df: DataFrame,
+    batch_id: int,
+    out: str,
+    opts: JobOptions,
+    say=print,
+    landing: str | None = None,
+    checkpoint: str | None = None,
+    on_report=None,
 ) -> None:
     out_p, tag = pathlib.Path(out), _tag(batch_id)
     commit = out_p / "_batches" / f"{batch_id:010d}.json"
@@ -139,16 +166,19 @@ def process_batch(
     finally:
         decoded.unpersist()
     n_records = spark.read.parquet(str(staging / "records")).count() if _has_parquet(staging / "records") else 0
+    make_private(staging)  # before the files move into place
     _move_staged(staging, out_p, tag)
-    commit.parent.mkdir(parents=True, exist_ok=True)
-    tmp = commit.with_name("." + commit.name + ".tmp")
-    tmp.write_text(
+    private_dir(commit.parent)
+    write_private(
+        commit,
         json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": [b.as_dict() for b in bad]}, indent=1),
-        encoding="utf-8",
     )
-    os.replace(tmp, commit)
     shutil.rmtree(staging, ignore_errors=True)
-    stream_report(spark, out, opts)
+    stream_report(spark, out, opts, landing)
+    if checkpoint is not None:
+        make_private(checkpoint)
+    if on_report is not None:
+        on_report(out)
     say(
         f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
         f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
@@ -165,34 +195,91 @@ def run_stream(
     checkpoint: str | None = None,
     trigger_seconds: int | None = None,
     say=print,
+    on_report=None,
 ) -> dict:
     """Structured Streaming over the landing zone. trigger_seconds None: every file not
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
-    until the query is stopped (KeyboardInterrupt, SIGTERM in the job)."""
+    until the query is stopped (KeyboardInterrupt, SIGTERM in the job). `on_report(out)`, if
+    given, is called after each rewrite of report.json (the command writes the HTML report)."""
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
     landing_files.scan(landing)  # a clear error for a missing directory
     checkpoint = checkpoint or f"{out}/_checkpoint"
+    private_output(spark, out)
     trigger = {"availableNow": True} if trigger_seconds is None else {"processingTime": f"{trigger_seconds} seconds"}
-    query = (
-        spark.readStream.format("binaryFile")
-        .schema(FILE_SOURCE_SCHEMA)
-        .load(landing)
-        .select("path")
-        .writeStream.foreachBatch(lambda df, batch_id: process_batch(spark, df, batch_id, out, opts, say))
-        .option("checkpointLocation", f"{checkpoint}/landing")
-        .trigger(**trigger)
-        .queryName("telemetry")
-        .start()
-    )
-    say(
-        f"telemetry_job: streaming {landing} -> {out} ("
-        f"{'every file not yet processed, then stop' if trigger_seconds is None else f'every {trigger_seconds} s'})",
-        flush=True,
-    )
+    with _lock(pathlib.Path(checkpoint)):  # one stream per checkpoint, or one clear line
+        # a restart makes report.json match the committed outputs at once (a kill between a
+        # batch's commit and its report left it stale until new data arrived)
+        if _committed(pathlib.Path(out)):
+            stream_report(spark, out, opts, landing)
+            if on_report is not None:
+                on_report(out)
+
+        def batch(df: DataFrame, batch_id: int) -> None:
+            process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report)
+
+        query = (
+            spark.readStream.format("binaryFile")
+            .schema(FILE_SOURCE_SCHEMA)
+            .load(landing)
+            .select("path")
+            .writeStream.foreachBatch(batch)
+            .option("checkpointLocation", f"{checkpoint}/landing")
+            .trigger(**trigger)
+            .queryName("telemetry")
+            .start()
+        )
+        say(
+            f"telemetry_job: streaming {landing} -> {out} ("
+            f"{'every file not yet processed, then stop' if trigger_seconds is None else f'every {trigger_seconds} s'})",
+            flush=True,
+        )
+        try:
+            query.awaitTermination()
+        finally:
+            if query.isActive:
+                query.stop()
+        report = stream_report(spark, out, opts, landing)
+        make_private(out)
+        make_private(checkpoint)
+        if on_report is not None:
+            on_report(out)
+        return report
+
+
+_HELD: dict[str, int] = {}  # checkpoints this process has locked (lock_checkpoint): path -> fd
+
+
+def lock_checkpoint(checkpoint: str) -> int:
+    """Take the exclusive flock on CHECKPOINT/.lock for the rest of this process (the kernel
+    drops it when the process dies, SIGKILL included), or SystemExit with one line when another
+    job streams with the same checkpoint (Spark would end one of them later with
+    CONCURRENT_STREAM_LOG_UPDATE). The job takes it before its JVM starts, so a second job
+    fails at once; run_stream takes it itself when called directly."""
+    key = os.path.realpath(checkpoint)
+    if key in _HELD:
+        return _HELD[key]
+    private_dir(checkpoint, tighten=True)
+    fd = open_private(os.path.join(checkpoint, ".lock"), os.O_RDWR | os.O_CREAT)
     try:
-        query.awaitTermination()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SystemExit(
+            f"{LOCK_HELD} {checkpoint} (its .lock is held); stop it first or give --checkpoint another folder"
+        ) from None
+    _HELD[key] = fd
+    return fd
+
+
+@contextlib.contextmanager
+def _lock(checkpoint: pathlib.Path):
+    """lock_checkpoint for the block (kept if this process held it before the block)."""
+    key = os.path.realpath(checkpoint)
+    held = key in _HELD
+    lock_checkpoint(str(checkpoint))
+    try:
+        yield
     finally:
-        if query.isActive:
-            query.stop()
-    return stream_report(spark, out, opts)
+        if not held:
+            os.close(_HELD.pop(key))

@@ -80,6 +80,28 @@ class stop_signals_interrupt:
         return False
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send `sig` to this process when its parent dies, whatever killed the
+    parent (SIGKILL included, which no handler sees); the setting survives exec. Use as a
+    Popen preexec_fn (functools.partial(die_with_parent, os.getpid())) or in a child itself.
+    If the parent is already gone (getppid() != parent), exits at once. Linux only: False
+    where prctl is not available."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if parent is not None and os.getppid() != parent:  # died before prctl: nobody would send it
+        os._exit(1)
+    return True
+
+
 TAIL_LINES = 20  # what an error shows of a child's log; the rest stays in the file it names
 
 

@@ -21,6 +21,8 @@ import json
 import re
 import struct
 
+from mqbatch.wire.device_id import DEVICE_ID_PATTERN, device_id_problem
+
 BINARY_V1 = 0x01
 JSON_START = 0x7B  # "{"
 
@@ -59,10 +61,10 @@ TOPIC_INVALID = "TOPIC_NOT_TELEMETRY"
 DEVICE_ID_INVALID = "TOPIC_DEVICE_ID_INVALID"
 
 TOPIC_RE = re.compile(r"mqbatch/([^/]+)/telemetry")
-# A device id is its broker username and the second topic level (docs/records.md):
-# 1..64 of A-Z a-z 0-9 _ . - (the recorder's name rule; no control, format or RTL characters).
-DEVICE_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-MAX_DEVICE_ID = 64
+# A device id is its broker username and the second topic level (docs/records.md): the one
+# rule of mqbatch.wire.device_id, which `fleet add` uses too (1..64 of a-z 0-9 _ . -, first a
+# letter or digit: no `.`, `..`, hidden name or upper case)
+DEVICE_ID_RE = re.compile(DEVICE_ID_PATTERN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +130,9 @@ def device_from_topic(topic: str | None) -> str:
     if not m:
         raise RecordError(TOPIC_INVALID, f"topic {ascii(str(topic)[:80])} is not mqbatch/<device>/telemetry")
     device = m.group(1)
-    if not DEVICE_ID_RE.fullmatch(device):
-        bad = sorted({c for c in device if not DEVICE_ID_RE.fullmatch(c)})[:5]
-        raise RecordError(
-            DEVICE_ID_INVALID,
-            f"device id {ascii(device[:40])}{'...' if len(device) > 40 else ''} "
-            f"({len(device)} characters) is not 1..{MAX_DEVICE_ID} of "
-            f"A-Z a-z 0-9 _ . -" + (f"; has {ascii(''.join(bad))}" if bad else ""),
-        )
+    problem = device_id_problem(device)
+    if problem is not None:
+        raise RecordError(DEVICE_ID_INVALID, problem)
     return device
 
 

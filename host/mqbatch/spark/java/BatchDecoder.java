@@ -193,15 +193,16 @@ public final class BatchDecoder implements Serializable {
         return true;
     }
 
-    /** The device id of mqbatch/<1..64 of A-Z a-z 0-9 _ . -></>/telemetry, else null. */
+    /** The device id of mqbatch/<id>/telemetry, else null: 1..64 of a-z 0-9 _ . -, the first a
+     * letter or digit (mqbatch.wire.device_id.DEVICE_ID_PATTERN, the rule of `fleet add`). */
     static String device(String topic) {
         if (topic == null || !topic.startsWith("mqbatch/") || !topic.endsWith("/telemetry")) return null;
         int end = topic.length() - "/telemetry".length();
         if (end - 8 < 1 || end - 8 > 64) return null;
         for (int i = 8; i < end; i++) {
             char c = topic.charAt(i);
-            if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
-                  || c == '_' || c == '.' || c == '-')) return null;
+            boolean alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+            if (!(alnum || (i > 8 && (c == '_' || c == '.' || c == '-')))) return null;
         }
         return topic.substring(8, end);
     }

@@ -1,0 +1,123 @@
+"""Issue 23: the job never drops a record as a duplicate when its content differs from the
+record it keeps. A flipped bit in a device's boot counter made a reboot reuse its boot
+number: the job kept the older records and removed the newer ones as "duplicates".
+Now a record is a duplicate only when its (device, boot, seq) AND its content
+(pipeline.content_hash: format, kind, synced, device time, readings; for a binary record
+exactly its bytes) equal a kept one; a key collision (same key, other content) is kept in
+records/ and counted per device (`key_collisions`) and in the totals."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+from mqbatch.wire import records
+from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
+
+pytestmark = pytest.mark.spark
+A, B = "mqbatch/dev-a/telemetry", "mqbatch/dev-b/telemetry"
+
+
+def rec(boot, seq, t_ms, temperature):
+    return records.encode_binary("sample", boot, seq, t_ms, [(1, temperature), (3, 3300)])
+
+
+# -- the smallest case: one collision, one duplicate ----------------------------------------
+
+
+def small_landing(directory):
+    """Two landing files. dev-a boot 1 seq 0 arrives twice with other readings (a collision),
+    seq 1 twice with the same bytes (a resend: a duplicate)."""
+    first = [rec(1, 0, T0_MS, 2000), rec(1, 1, T0_MS + 1000, 2001)]
+    other = rec(1, 0, T0_MS, 2500)  # same key as first[0], other temperature
+    write_landing(directory, "r1", 0, [landed(A, first, T0_MS + 5_000)])
+    write_landing(directory, "r1", 1, [landed(A, [other], T0_MS + 9_000), landed(A, [first[1]], T0_MS + 9_001)])
+
+
+def check_small(report, spark, out):
+    a = report["devices"]["dev-a"]
+    assert (a["received"], a["unique"], a["duplicates"], a["key_collisions"]) == (4, 3, 1, 1)
+    assert report["records"] == {"received": 4, "unique": 3, "duplicates": 1, "key_collisions": 1}
+    assert (a["missing"], a["pending_gaps"], a["out_of_order"], a["boots"]) == (0, 0, 0, 1)
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted((r.seq, r.readings[0].value) for r in rows) == [(0, 2000), (0, 2500), (1, 2001)]
+    assert json.loads((out / "report.json").read_text()) == report
+
+
+def test_a_key_collision_is_kept_and_counted_a_resend_is_a_duplicate(spark, tmp_path):
+    import mqbatch.spark as S
+
+    small_landing(tmp_path / "landing")
+    report = S.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), S.JobOptions())
+    check_small(report, spark, tmp_path / "out")
+
+
+def test_the_check_fails_for_a_dedup_on_the_key_alone(spark, tmp_path, monkeypatch):
+    """The instrument can fail: with every record's content hash equal (de-duplication on
+    (device, boot, seq) only, main before this fix) the collision is dropped as a duplicate."""
+    import mqbatch.spark as S
+    from mqbatch.spark import pipeline
+
+    monkeypatch.setattr(pipeline, "content_hash", lambda: F.lit(0).cast("long"))
+    small_landing(tmp_path / "landing")
+    report = S.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), S.JobOptions())
+    assert report["records"] == {"received": 4, "unique": 2, "duplicates": 2, "key_collisions": 0}
+    with pytest.raises(AssertionError):
+        check_small(report, spark, tmp_path / "out")
+
+
+# -- the issue's case: a reboot reused boot 5, plus resends, across micro-batches -------------
+
+
+def reboot_landing(directory):
+    """dev-a boot 5: seqs 0..99 (file 0); then the reboot that reused boot 5: seqs 0..81 with
+    other times and values (file 1), and resends: 10 records of the first boot and 5 of the
+    second landed again. dev-b: 20 records, 3 of them resent, no collision."""
+    first = [rec(5, s, T0_MS + s * 1000, 2000 + s) for s in range(100)]
+    second = [rec(5, s, T0_MS + 3_600_000 + s * 1000, 1500 + s) for s in range(82)]
+    b = [sample(1, s)[0] for s in range(20)]
+    file0 = [landed(A, first[i : i + 10], T0_MS + 100_000 + i) for i in range(0, 100, 10)]
+    file0 += [landed(B, b, T0_MS + 30_000)]
+    file1 = [landed(A, second[i : i + 10], T0_MS + 3_700_000 + i) for i in range(0, 82, 10)]
+    file1 += [landed(A, first[40:50], T0_MS + 3_800_000), landed(A, second[0:5], T0_MS + 3_800_001)]
+    file1 += [landed(B, b[5:8], T0_MS + 3_800_002)]
+    write_landing(directory, "r1", 0, file0)
+    write_landing(directory, "r1", 1, file1)
+
+
+def check_reboot(report, spark, out):
+    a, b = report["devices"]["dev-a"], report["devices"]["dev-b"]
+    assert (a["received"], a["unique"], a["duplicates"], a["key_collisions"]) == (197, 182, 15, 82)
+    assert (b["received"], b["unique"], b["duplicates"], b["key_collisions"]) == (23, 20, 3, 0)
+    assert report["records"] == {"received": 220, "unique": 202, "duplicates": 18, "key_collisions": 82}
+    assert (a["missing"], a["pending_gaps"], a["boots"]) == (0, 0, 1)  # seqs 0..99 all arrived, once counted
+    rows = spark.read.parquet(str(out / "records")).where("device = 'dev-a'").collect()
+    assert len(rows) == 182
+    seq3 = sorted(r.device_time for r in rows if r.seq == 3)
+    assert len(seq3) == 2 and seq3[1] - seq3[0] == datetime.timedelta(hours=1)
+    assert {r.readings[0].value for r in rows if r.seq == 3} == {2003, 1503}  # both contents kept
+    assert json.loads((out / "report.json").read_text()) == report
+
+
+def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark, tmp_path):
+    """The colliding records arrive in a later micro-batch than the records they collide with
+    (the stream compares them with records/ already written)."""
+    import mqbatch.spark as S
+
+    reboot_landing(tmp_path / "all")
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    shutil.copy(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
+    S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    shutil.copy(tmp_path / "all" / "landing-r1-00000001.parquet", landing / ".tmp")
+    os.replace(landing / ".tmp", landing / "landing-r1-00000001.parquet")
+    report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    assert len(list((out / "_batches").glob("*.json"))) == 2
+    check_reboot(report, spark, out)
+    batch = S.run_batch(spark, str(tmp_path / "all"), str(tmp_path / "batch"), S.JobOptions())
+    check_reboot(batch, spark, tmp_path / "batch")
