@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets itself up (tools/bootstrap.sh).
-.PHONY: demo test test-fast setup bench clean
+.PHONY: demo test test-fast test-long setup bench clean
 
 demo: setup
 	.venv/bin/mqbatch demo
@@ -9,8 +9,13 @@ demo: setup
 # -n: parallel workers (pytest-xdist; most tests wait on brokers, devices and JVMs,
 # so 3 workers fit 2 cores); PYTEST_WORKERS=0 runs them one by one.
 PYTEST_WORKERS ?= 3
+# `long` tests (minutes each; a shorter test here checks the same property) run in test-long.
 test: setup
-	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 $(PYTEST_ARGS)
+	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "not long" $(PYTEST_ARGS)
+
+# The long scenarios left out of `make test` (docs/testing.md), with the full-size differential.
+test-long: setup
+	MQBATCH_REQUIRE_WASM32=1 MQBATCH_JVM_DIFF_CASES=20000 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "long or slow" $(PYTEST_ARGS)
 
 # The fast tier (docs/testing.md): the most important check of each area; budget 3 min on 2 cores.
 test-fast: setup

@@ -25,10 +25,9 @@ pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch
 # The device test modules whose every test is in the fast tier (`make test-fast`): the
 # codec, the records and the MQTT packets, a few seconds each in the Unix port.
 FAST_DEVICE_MODULES = ("mp_test_codec", "mp_test_record", "mp_test_mqtt_packet")
-# The tests that use the shared SparkSession run on one worker per group (one JVM each):
-# these files form a second group, so that the two longest Spark chains (the stream killed
-# mid-batch, the JVM/Python differential) run beside the job's tests, not after them.
-SPARK_SECOND_GROUP = ("tests/spark/test_spark_cli.py", "tests/spark/test_jvm_decode.py")
+# The tests that use the shared SparkSession are NOT grouped: each worker that draws one
+# starts its own session. With two Spark groups (one JVM each) the full suite took 23 min 18 s
+# on a fresh clone (2026-11-26, 3 workers): the Spark chains of one worker set its length.
 # Modules whose module-scoped fixtures are worth building once, not once per worker.
 ONE_WORKER_MODULES = {
     "tests/test_wheel.py": "wheel",  # a wheel built, a venv made, installed
@@ -90,8 +89,8 @@ def pytest_collect_file(parent, file_path: pathlib.Path):
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`):
 
-    - every test that uses the shared SparkSession runs on the worker of its Spark group:
-      one JVM per group, not one per worker (two groups: SPARK_SECOND_GROUP);
+    - the tests that use the shared SparkSession are spread over the workers (each starts
+      its own JVM: grouped, their chain set the suite's length);
     - the tests of ONE_WORKER_MODULES, and those using a fixture of ONE_WORKER_FIXTURES,
       run on one worker, so those fixtures are built once;
     - the `slow` tests outside a group, then the Spark groups, are handed out first (the
@@ -102,10 +101,7 @@ def pytest_collection_modifyitems(config, items):
         config.stash[ALL_MARKERS] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        if "spark" in getattr(item, "fixturenames", ()):
-            group = "spark-session-2" if path in SPARK_SECOND_GROUP else "spark-session"
-            item.add_marker(pytest.mark.xdist_group(group))
-        elif path in ONE_WORKER_MODULES:
+        if path in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(ONE_WORKER_MODULES[path]))
         else:
             shared = [g for f, g in ONE_WORKER_FIXTURES.items() if f in getattr(item, "fixturenames", ())]
@@ -118,8 +114,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _hand_out_order(item) -> int:
-    """0: a `slow` test outside a group; 1: a test of a Spark group (its JVM starts early, the
-    group is a long chain on one worker); 2: the rest, in collection order (the sort is stable)."""
+    """0: a `slow` test outside a group; 1: a Spark test (the JVMs start early); 2: the rest, in
+    collection order (the sort is stable)."""
     if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
         return 0
     return 1 if "spark" in getattr(item, "fixturenames", ()) else 2

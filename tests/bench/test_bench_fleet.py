@@ -50,6 +50,7 @@ def test_account_counts_lost_extra_and_duplicate_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 150 s in CI: `make test-long`; its loss accounting is tested above without a fleet
 @pytest.mark.broker
 def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path):
     run = tmp_path / "run"

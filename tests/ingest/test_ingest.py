@@ -436,6 +436,8 @@ def test_micropython_client_batches_are_landed(broker, pki, recorders, tmp_path)
 def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark):
     import telemetry_job as tj
 
+    from mqbatch.spark.accounting import balance
+
     landing_dir = tmp_path / "landing"
     rec = recorders("rec-1", "--filter", "mqbatch/#").start()
     pub = publisher(broker, pki)
@@ -511,6 +513,8 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
             "dropped_on_device": 2,
             "key_collisions": 0,
             "quarantined": 0,
+            # seqs 10 and 11 absent, and the health record counts 2 dropped: balanced
+            "accounting": balance(19, 2, dropped=2, released=0),
         },
         "dev-2": {
             "boots": 1,
@@ -523,8 +527,10 @@ def test_recorded_run_through_spark_job(broker, pki, recorders, tmp_path, spark)
             "dropped_on_device": 0,
             "key_collisions": 0,
             "quarantined": 4,
+            "accounting": balance(5, 0, dropped=0, released=0),
         },
     }
+    assert all(d["accounting"]["balanced"] for d in report["devices"].values())
 
 
 @pytest.mark.spark

@@ -182,6 +182,7 @@ def test_signal_ends_spark_submit_and_everything_it_started(tmp_path, scenario_d
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 197 s in CI; make test kills a stream with SIGKILL and restarts it in test_sigkill_of_...
 def test_stream_killed_mid_batch_then_restarted_gives_the_uninterrupted_output(spark, tmp_path, scenario_dir):
     import mqbatch.spark as S
 

@@ -104,7 +104,7 @@ def test_keys_file_readable_by_others_is_refused(tmp_path):
         ("{", "not readable JSON"),
         ('{"dev-a": "abc"}', "device 'dev-a': hmac_key is not hex"),
         ('{"dev-a": "00ff"}', "device 'dev-a': hmac_key of 2 bytes: must be 16..64 bytes"),
-        ('{"a/b": "' + "00" * 32 + '"}', "'a/b' is not a device id"),
+        ('{"a/b": "' + "00" * 32 + '"}', "device id 'a/b' has '/': a device id is 1..64 characters"),
     ],
 )
 def test_bad_keys_file_is_a_clear_error(tmp_path, content, message):
