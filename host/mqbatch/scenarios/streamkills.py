@@ -93,7 +93,8 @@ class StreamJob:
         """SIGKILL the command alone; the pids it had started still alive `grace` s later
         (then SIGKILLed by us, so the run goes on; they are reported)."""
         started = descendants(self.proc.pid)
-        os.kill(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
         deadline = time.monotonic() + grace
         while alive(started) and time.monotonic() < deadline:
@@ -204,6 +205,8 @@ def stream_kills(h, run_for_s: float, rng, kills: int = 5) -> None:
     for k in range(kills):
         time.sleep(max(0.0, k * slot + rng.uniform(0, slot) - (time.monotonic() - h.t0)))
         phase = job.phase()
+        if job.proc.poll() is not None:  # it ended by itself: a finding, whatever the kills show
+            h.problems.append(f"stream-kills: mqbatch spark --stream exited {job.proc.returncode} by itself ({phase})")
         left = job.kill()
         h.fault(f"spark --stream SIGKILL ({phase}{f', {len(left)} processes outlived it' if left else ''}) + restart")
         job.start()
