@@ -10,7 +10,7 @@ unique records landed + counted dropped, and what was LOST.
         --outage-s 300 --seconds 360
     .venv/bin/python tools/e2e_scenarios.py --kind firmware --sample-hz 100 --scenario recorder-kills-10s --seconds 120
     sudo .venv/bin/python tools/e2e_scenarios.py --kind firmware --sample-hz 10 --devices 5 --scenario disk-full \
-        --disk-full-s 60 --seconds 150            # root: the landing zone is a 32 MiB tmpfs of the run's own
+        --disk-full-s 60 --seconds 150 --spark-check  # root: the landing zone is a 32 MiB tmpfs of the run's own
     .venv/bin/python tools/e2e_scenarios.py --kind firmware --sample-hz 10 --devices 5 --scenario stream-kills \
         --seconds 240                             # needs Java (mqbatch spark --stream)
 
@@ -51,6 +51,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--outage-s", type=float, default=300.0, help="recorder-down: how long the recorder is down")
     ap.add_argument("--disk-full-s", type=float, default=60.0, help="disk-full: how long the landing disk is full")
+    ap.add_argument(
+        "--spark-check",
+        action="store_true",
+        help="after each run, `mqbatch spark` on its landing zone: report.json against records/ and what "
+        "landed, every device's accounting balanced (needs Java)",
+    )
     ap.add_argument("--out", type=pathlib.Path, default=None, help="keep each run's files here (default: a temp dir)")
     args = ap.parse_args(argv)
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.e2e]
@@ -74,6 +80,7 @@ def main(argv=None) -> int:
                         sample_hz=args.sample_hz,
                         outage_s=args.outage_s,
                         disk_full_s=args.disk_full_s,
+                        spark_check=args.spark_check,
                     )
                 except ScenarioUnavailable as e:
                     skipped.append(f"{name}: skipped: {e}")

@@ -57,7 +57,7 @@ from mqbatch.lab.recproc import RecorderProcess
 from mqbatch.lab.stack import RECORDER_CLIENT_ID, LocalStack
 from mqbatch.scenarios.diskfull import Tmpfs, disk_full
 from mqbatch.scenarios.e2edevice import batch
-from mqbatch.scenarios.streamkills import stream_kills
+from mqbatch.scenarios.streamkills import spark_report_check, stream_kills
 from mqbatch.wire import codec, records
 
 INTRUDER = "intruder"  # a device account of the stack that no device uses
@@ -640,6 +640,7 @@ def run_scenario(
     sample_hz: float | None = None,
     outage_s: float = 300.0,
     disk_full_s: float = 60.0,
+    spark_check: bool = False,
 ) -> Result:
     fn, limits, misconfigured = SCENARIOS[name]
     seed = secrets.randbelow(1 << 30) if seed is None else seed
@@ -660,6 +661,8 @@ def run_scenario(
         recorder_args=RECORDER_ARGS.get(name, ()),
     )
     say(f"{name}: {devices} {kind} devices, e2e {'on' if e2e else 'off'}, {run_for_s:g} s, seed {seed}")
+    if spark_check:  # the Spark report's per-device accounting on the run's landing zone
+        spark_report_check(h)
     try:
         h.start(run_for_s)
         h.t0 = time.monotonic()

@@ -238,3 +238,24 @@ def stream_kills(h, run_for_s: float, rng, kills: int = 5) -> None:
             h.problems.append(f"stream-kills: {len(left)} processes outlived a SIGTERM of mqbatch spark")
 
     h.after_landing.append(finish)
+
+
+def spark_report_check(h) -> None:
+    """For any scenario (tools/e2e_scenarios.py --spark-check): once the recorder has stopped,
+    `mqbatch spark` (batch) on the landing zone, and check_outputs on what it wrote; the
+    figures go to h.checks["spark"], what is wrong to h.problems."""
+
+    def step(landed: set) -> None:
+        out, log = h.dir / "spark-batch", h.dir / "spark-batch.log"
+        cmd = [str(pathlib.Path(sys.executable).parent / "mqbatch"), "spark", "--landing", str(h.landing)]
+        with open(log, "ab") as f:
+            rc = subprocess.run(
+                [*cmd, "--out", str(out), *SMALL], stdout=f, stderr=subprocess.STDOUT, timeout=1800
+            ).returncode
+        figures, problems = check_outputs(out, landed)
+        h.checks["spark"] = {"exit": rc, **figures}
+        if rc != 0:
+            problems.insert(0, f"mqbatch spark exited {rc} (see {log})")
+        h.problems.extend(f"spark report: {p}" for p in problems)
+
+    h.after_landing.append(step)
