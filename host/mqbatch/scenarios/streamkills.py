@@ -137,10 +137,16 @@ class StreamJob:
         return names
 
     def caught_up(self, landing) -> bool:
+        """Every landing file is in a committed micro-batch, and report.json was written after
+        the latest commit (the job rewrites it after each commit, and at each start)."""
         from mqbatch.spark import files as landing_files
 
         want = {os.path.basename(f) for f in landing_files.landing_files(str(landing))}
-        return want <= self.committed_files() and (self.out / "report.json").is_file()
+        commits = list((self.out / "_batches").glob("*.json"))
+        report = self.out / "report.json"
+        if not (want <= self.committed_files() and commits and report.is_file()):
+            return False
+        return report.stat().st_mtime_ns > max(c.stat().st_mtime_ns for c in commits)
 
 
 def records_keys(out) -> list[tuple[str, int, int]]:
@@ -222,8 +228,11 @@ def stream_kills(h, run_for_s: float, rng, kills: int = 5) -> None:
                 "stream-kills: the stream had not committed every landing file "
                 + (f"(it exited {exited})" if exited is not None else "within 600 s")
             )
+        figures, problems = check_outputs(job.out, landed)  # while it runs, caught up
         rc, left = job.stop()
-        figures, problems = check_outputs(job.out, landed)
+        _, after_stop = check_outputs(job.out, landed)  # a SIGTERM must not leave it stale either
+        figures["report_stale_after_sigterm"] = bool(after_stop)
+        problems += [f"after the SIGTERM: {p}" for p in after_stop if p not in problems]
         figures.update(
             kills=kills,
             orphans_after_kills=len(job.orphans),
