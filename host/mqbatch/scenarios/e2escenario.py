@@ -24,7 +24,11 @@ Scenarios (`SCENARIOS`): broker-kill-recorder-down (the issue's measured case: t
 recorder is stopped, messages queue for its session, the broker is SIGKILLed),
 broker-kills (SIGKILLs at random moments), recorder-kills (SIGKILLs at random
 moments, between landing and ack among them), recorder-down-over-queue-limit
-(the broker's queue for the recorder overflows).
+(the broker's queue for the recorder overflows), and issue 22's: recorder-down,
+recorder-kills-10s, disk-full (mqbatch.scenarios.diskfull: the landing disk full, then
+freed; root), stream-kills (mqbatch.scenarios.streamkills: `mqbatch spark --stream`
+SIGKILLed and restarted; its outputs checked against what landed). Their own checks go
+to Result.checks / Result.problems.
 
     .venv/bin/python tools/e2e_scenarios.py --devices 3 --kind virtual     # all scenarios, e2e on and off
 """
@@ -51,7 +55,9 @@ from mqbatch.ingest import e2eack, landing
 from mqbatch.lab.broker import Mosquitto
 from mqbatch.lab.recproc import RecorderProcess
 from mqbatch.lab.stack import RECORDER_CLIENT_ID, LocalStack
+from mqbatch.scenarios.diskfull import Tmpfs, disk_full
 from mqbatch.scenarios.e2edevice import batch
+from mqbatch.scenarios.streamkills import spark_report_check, stream_kills
 from mqbatch.wire import codec, records
 
 INTRUDER = "intruder"  # a device account of the stack that no device uses
@@ -207,6 +213,8 @@ class Result:
     faults: list[str]
     device_stats: dict
     released: int = 0  # records the devices released unconfirmed (PUBACKed, e2e ack not in; issue 22)
+    checks: dict = dataclasses.field(default_factory=dict)  # scenario-specific figures (disk-full, stream-kills)
+    problems: list = dataclasses.field(default_factory=list)  # what a scenario's own checks found wrong
 
     @property
     def released_not_landed(self) -> int:
@@ -225,6 +233,8 @@ class Result:
             f"{self.released} ({self.released - self.released_not_landed} landed), LOST {self.lost:5d} "
             f"({100 * self.lost / max(self.stored, 1):.1f} %), duplicates {self.duplicates}, "
             f"faults: {'; '.join(f'{f} x{n}' if n > 1 else f for f, n in collections.Counter(self.faults).items())}"
+            + "".join(f"\n    {k}: {json.dumps(v, sort_keys=True)}" for k, v in self.checks.items())
+            + "".join(f"\n    PROBLEM: {p}" for p in self.problems)
         )
 
 
@@ -264,6 +274,9 @@ class Harness:
         say=print,
         sample_hz: float | None = None,
         outage_s: float = 300.0,
+        disk_full_s: float = 60.0,
+        tmpfs_landing_mb: int | None = None,
+        recorder_args: tuple[str, ...] = (),
     ):
         if kind not in ("virtual", "firmware"):
             raise ValueError(f"device kind {kind!r}: 'virtual' or 'firmware'")
@@ -271,7 +284,11 @@ class Harness:
         self.kind, self.e2e, self.resend_after_s, self.say = kind, e2e, resend_after_s, say
         # sample_hz: the firmware at the demo's configuration (scenarios.demo.DEVICE_CONFIG) at this
         # rate, resend_after_s included; None: the harness's own (50 Hz, batches of 20)
-        self.sample_hz, self.outage_s = sample_hz, outage_s
+        self.sample_hz, self.outage_s, self.disk_full_s = sample_hz, outage_s, disk_full_s
+        self.checks: dict = {}  # a scenario's own figures and problems, into the Result
+        self.problems: list[str] = []
+        self.after_landing: list = []  # fn(landed keys): run by finish() once the recorder has stopped
+        self.cleanups: list = []  # fn(): run by close(), last first
         self.ids = [f"dev-{i:03d}" for i in range(1, devices + 1)]
         # one more device account, never run: the intruder of the foreign-subscriber and takeover scenarios
         self.stack = LocalStack(self.dir / "stack", self.ids + [INTRUDER], **({"limits": limits} if limits else {}))
@@ -283,6 +300,11 @@ class Harness:
         pw.write_text(password)
         pw.chmod(0o600)
         self.landing = self.dir / "landing"
+        self.tmpfs = None
+        if tmpfs_landing_mb is not None:  # disk-full: the landing zone on a small disk of the run's own
+            self.tmpfs = Tmpfs(self.dir / "disk", tmpfs_landing_mb).mount()
+            self.cleanups.append(self.tmpfs.unmount)
+            self.landing = self.tmpfs.path / "landing"
         self.recorder = RecorderProcess(
             self.dir / "recorder.log",
             host=self.stack.broker.host,
@@ -292,6 +314,7 @@ class Harness:
             client_id=RECORDER_CLIENT_ID,
             username=user,
             password_file=pw,
+            extra=recorder_args,
         )
         self.vdevs: list[VirtualDevice] = []
         self.fleet = None
@@ -392,6 +415,8 @@ class Harness:
         self.recorder.stop()
         self.stack.broker.stop()
         landed, dups = landed_records(self.landing)
+        for step in self.after_landing:
+            step(landed)
         return Result(
             "",
             self.kind,
@@ -404,6 +429,8 @@ class Harness:
             self.faults,
             stats,
             released if self.kind == "firmware" else 0,
+            self.checks,
+            self.problems,
         )
 
     def _recorder_caught_up(self, deadline: float) -> None:
@@ -434,6 +461,8 @@ class Harness:
         self.recorder.close()
         if self.stack.broker.running:
             self.stack.broker.kill()
+        for step in reversed(self.cleanups):
+            step()
 
 
 def _acl_file_broker(stack: LocalStack) -> Mosquitto:
@@ -588,7 +617,13 @@ SCENARIOS = {
     "recorder-takeover-acl-file": (recorder_takeover, None, True),
     "foreign-subscriber": (foreign_subscriber, None, False),
     "recorder-takeover": (recorder_takeover, None, False),
+    "disk-full": (disk_full, None, False),  # h.disk_full_s; the landing zone on a tmpfs (root)
+    "stream-kills": (stream_kills, None, False),
 }
+TMPFS_LANDING_MB = {"disk-full": 32}  # scenarios whose landing zone is a small disk of their own
+# rolls every 10 s (default 60): the stream gets a new landing file (a micro-batch) every 10 s, and
+# the full disk meets rolls into Parquet as well as WAL writes
+RECORDER_ARGS = {name: ("--roll-seconds", "10") for name in ("disk-full", "stream-kills")}
 
 
 def run_scenario(
@@ -604,6 +639,8 @@ def run_scenario(
     say=print,
     sample_hz: float | None = None,
     outage_s: float = 300.0,
+    disk_full_s: float = 60.0,
+    spark_check: bool = False,
 ) -> Result:
     fn, limits, misconfigured = SCENARIOS[name]
     seed = secrets.randbelow(1 << 30) if seed is None else seed
@@ -619,8 +656,13 @@ def run_scenario(
         say=say,
         sample_hz=sample_hz,
         outage_s=outage_s,
+        disk_full_s=disk_full_s,
+        tmpfs_landing_mb=TMPFS_LANDING_MB.get(name),
+        recorder_args=RECORDER_ARGS.get(name, ()),
     )
     say(f"{name}: {devices} {kind} devices, e2e {'on' if e2e else 'off'}, {run_for_s:g} s, seed {seed}")
+    if spark_check:  # the Spark report's per-device accounting on the run's landing zone
+        spark_report_check(h)
     try:
         h.start(run_for_s)
         h.t0 = time.monotonic()
