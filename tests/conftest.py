@@ -25,9 +25,10 @@ pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch
 # The device test modules whose every test is in the fast tier (`make test-fast`): the
 # codec, the records and the MQTT packets, a few seconds each in the Unix port.
 FAST_DEVICE_MODULES = ("mp_test_codec", "mp_test_record", "mp_test_mqtt_packet")
-# The tests that use the shared SparkSession are NOT grouped: each worker that draws one
-# starts its own session. With two Spark groups (one JVM each) the full suite took 23 min 18 s
-# on a fresh clone (2026-11-26, 3 workers): the Spark chains of one worker set its length.
+# The tests that use the shared SparkSession run on one worker per group (one JVM each):
+# these files form a second group, so that the two longest Spark chains (the stream killed
+# mid-batch, the JVM/Python differential) run beside the job's tests, not after them.
+SPARK_SECOND_GROUP = ("tests/spark/test_spark_cli.py", "tests/spark/test_jvm_decode.py")
 # Modules whose module-scoped fixtures are worth building once, not once per worker.
 ONE_WORKER_MODULES = {
     "tests/test_wheel.py": "wheel",  # a wheel built, a venv made, installed
@@ -89,18 +90,22 @@ def pytest_collect_file(parent, file_path: pathlib.Path):
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`):
 
-    - the tests that use the shared SparkSession are spread over the workers (each starts
-      its own JVM: grouped, their chain set the suite's length);
+    - every test that uses the shared SparkSession runs on the worker of its Spark group:
+      one JVM per group, not one per worker (two groups: SPARK_SECOND_GROUP);
     - the tests of ONE_WORKER_MODULES, and those using a fixture of ONE_WORKER_FIXTURES,
       run on one worker, so those fixtures are built once;
-    - the `slow` tests outside a group are handed out first (the longest first, the short
-      ones fill in around them), so that no worker starts a minutes-long test near the end.
+    - the `slow` tests outside a group, then the Spark groups, are handed out first (the
+      longest first, the short ones fill in around them), so that no worker starts a
+      minutes-long test near the end of the run.
     Without xdist the order is pytest's own."""
     if all(pathlib.Path(a.split("::")[0]).resolve() == ROOT / "tests" for a in config.args):
         config.stash[ALL_MARKERS] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        if path in ONE_WORKER_MODULES:
+        if "spark" in getattr(item, "fixturenames", ()):
+            group = "spark-session-2" if path in SPARK_SECOND_GROUP else "spark-session"
+            item.add_marker(pytest.mark.xdist_group(group))
+        elif path in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(ONE_WORKER_MODULES[path]))
         else:
             shared = [g for f, g in ONE_WORKER_FIXTURES.items() if f in getattr(item, "fixturenames", ())]
@@ -113,13 +118,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _hand_out_order(item) -> int:
-    """0: a `slow` test outside a group; 1: the rest, in collection order (the sort is stable).
-    The Spark tests are not handed out first: three JVMs starting at once on 2 cores slowed
-    every worker (a fresh-clone run had 39 tests done after 9 minutes, all Spark); in
-    collection order they mix with tests that wait on brokers and devices."""
+    """0: a `slow` test outside a group; 1: a test of a Spark group (its JVM starts early, the
+    group is a long chain on one worker); 2: the rest, in collection order (the sort is stable)."""
     if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
         return 0
-    return 1
+    return 1 if "spark" in getattr(item, "fixturenames", ()) else 2
 
 
 NO_GROUP_NAMES = "MQBATCH_TEST_NO_GROUP_NAMES"  # set: as pytest-xdist alone does (tests/test_tiers.py)
