@@ -123,12 +123,32 @@ def _group(pgid: int) -> list[int]:
     return members
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _wait_for_child(proc: subprocess.Popen, word: str, timeout: float = 300) -> int:
+    """The pid of proc's first child whose command line holds `word`, once there is one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"ended (exit {proc.returncode}) before a child running {word} was seen"
+        assert time.monotonic() < deadline, f"no child running {word} after {timeout} s"
+        for kid in _children(proc.pid):
+            if word in _cmdline(kid):
+                return kid
+        threading.Event().wait(0.02)
+
+
 class Job:
     """`mqbatch spark ...` in its own session, stdout read line by line."""
 
-    def __init__(self, argv, cwd):
+    def __init__(self, argv, cwd, env=None):
         self.proc = subprocess.Popen(
             [MQBATCH, "spark", *argv],
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -169,13 +189,33 @@ def test_signal_ends_spark_submit_and_everything_it_started(tmp_path, scenario_d
     if sig == signal.SIGTERM:
         job.wait_for("batch 0: 2 files")  # the Python driver and its workers run
     else:
-        while not _children(job.proc.pid):  # spark-submit (the JVM starting) exists
-            assert job.proc.poll() is None
-            threading.Event().wait(0.1)
+        _wait_for_child(job.proc, "spark-submit")  # the JVM starting (not javac building the fast path's jar)
     pgid = job.spark_group()
     os.kill(job.proc.pid, sig)
     assert job.proc.wait(timeout=120) == 128 + sig
     assert _group(pgid) == [], "processes left behind by spark-submit"
+
+
+def test_sighup_while_javac_builds_the_fast_path_ends_with_one_line(tmp_path, scenario_dir):
+    """A stop signal before spark-submit exists (here: while javac compiles the JVM fast
+    path into an empty cache) ends the command with 128+signal and one line, javac gone
+    too: not the default action's silent death (CI saw exit -1 from this window)."""
+    job = Job(
+        ["--landing", str(scenario_dir), "--out", str(tmp_path / "out"), *SMALL],
+        tmp_path,
+        env=dict(os.environ, MQBATCH_JVM_CACHE=str(tmp_path / "cache")),  # nothing cached: javac runs
+    )
+    javac = _wait_for_child(job.proc, "javac")
+    os.kill(job.proc.pid, signal.SIGHUP)
+    assert job.proc.wait(timeout=60) == 128 + signal.SIGHUP
+    err = job.proc.stderr.read()
+    assert "mqbatch spark: stopped by SIGHUP before spark-submit started" in err, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 10
+    while _cmdline(javac) and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+    assert not _cmdline(javac), "javac outlived the stopped command"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 # -- streaming: SIGKILL at a random moment of a micro-batch, restart, same output ------------

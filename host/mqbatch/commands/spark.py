@@ -33,7 +33,7 @@ from mqbatch.spark.options import add_arguments, check_paths
 from mqbatch.spark.pipeline import PROGRESS
 from mqbatch.spark.stream import LOCK_HELD, REPORT_WRITTEN
 from mqbatch.util.paths import CHECKOUT, ROOT, venv_tool
-from mqbatch.util.procs import die_with_parent
+from mqbatch.util.procs import die_with_parent, on_stop_signals, restore_signals, stop_signals_interrupt
 
 # the spark-submit main file: the checkout's thin entry, or (installed package) the same
 # two lines written next to the --py-files zip
@@ -178,16 +178,33 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
     about a stop the user asked for, not a failure of the job. PR_SET_PDEATHSIG: spark-submit
     (the JVM, after its exec) gets SIGKILL when we die, however we die. `on_line(bytes)` is
     called with each line of its stdout."""
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=functools.partial(die_with_parent, os.getpid()),
-    )
     received: list[int] = []
     held: list[bytes] = []  # output after the stop signal
+    started: list[subprocess.Popen] = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        if started and _group_alive(started[0].pid):
+            os.killpg(started[0].pid, signal.SIGTERM)
+
+    # the handlers go in before spark-submit starts: a signal in between would otherwise kill us
+    # with the default action and leave the JVM to die_with_parent alone, with no line said
+    old = on_stop_signals(forward)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),
+        )
+    except BaseException:
+        restore_signals(old)
+        raise
+    started.append(proc)
+    if received:  # a stop signal came while spark-submit was starting
+        os.killpg(proc.pid, signal.SIGTERM)
 
     def relay(source, sink):
         for line in source:
@@ -208,12 +225,6 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
     for t in relays:
         t.start()
 
-    def forward(signum, frame):
-        received.append(signum)
-        if _group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGTERM)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while True:
             try:
@@ -222,8 +233,7 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        restore_signals(old)
     if _group_alive(proc.pid):  # a JVM or Python worker that outlived spark-submit
         os.killpg(proc.pid, signal.SIGKILL)
     for t in relays:
@@ -243,6 +253,21 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
     return code
 
 
+def _prepare(args: argparse.Namespace, keep: pathlib.Path) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command and its environment: the mqbatch zip, the log config, the
+    JVM fast path's jar (compiled here by javac when it is not cached)."""
+    pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else keep / "mqbatch.zip")
+    conf_dir = (
+        None
+        if os.environ.get("SPARK_CONF_DIR")
+        else write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
+    )
+    from mqbatch.spark import jvm
+
+    fast_path = jvm.jar()  # None: the job decodes in Python (said once, here)
+    return submit_command(args, pyfiles, fast_path), submit_env(conf_dir, fast_path)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.print_command:  # a printed command may name paths of another machine (a cluster)
         check_paths(args)
@@ -250,16 +275,14 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mqbatch-spark-") as tmp:
         # a printed command must point at files that outlive this process
         keep = ROOT / "build" if args.print_command else pathlib.Path(tmp)
-        pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else keep / "mqbatch.zip")
-        conf_dir = (
-            None
-            if os.environ.get("SPARK_CONF_DIR")
-            else write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
-        )
-        from mqbatch.spark import jvm
-
-        fast_path = jvm.jar()  # None: the job decodes in Python (said once, here)
-        cmd, env = submit_command(args, pyfiles, fast_path), submit_env(conf_dir, fast_path)
+        stop = stop_signals_interrupt("mqbatch spark")
+        try:  # a stop signal while the zip is built or javac runs: one line, nothing left behind
+            with stop:
+                cmd, env = _prepare(args, keep)
+        except KeyboardInterrupt:
+            sig = stop.received or signal.SIGINT
+            print(f"mqbatch spark: stopped by {signal.Signals(sig).name} before spark-submit started", file=sys.stderr)
+            return 128 + sig
         if args.print_command:
             print(shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd]))
             return 0
