@@ -9,13 +9,15 @@ file source and its checkpoint decide which, by name). For batch id N the job
  3. decodes the readable files once, drops records already in records/ (same device,
     boot, seq, received within --watermark before this batch's first arrival), writes
     records/, quarantine/ and _decoded/ (without payloads) to `_staging/bN/`;
- 4. moves the staged files into place, named `bN-...`, and writes `_batches/N.json`
-    (the commit, with the quarantined files);
- 5. recomputes report.json from _decoded/ and the commits.
+ 4. computes report.json of the state after this batch (from _decoded/, the staged
+    _decoded/ and the commits) into `.report.json.bN`;
+ 5. moves the staged files into place, named `bN-...`, writes `_batches/N.json` (the
+    commit, with the quarantined files), and renames the waiting report to report.json.
 
-So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run; the
-restart rewrites report.json from the committed state before anything else (a kill between
-a commit and its report left it stale), and one stream at a time holds the checkpoint
+So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run; a stop
+between a commit and its rename leaves report.json to settle_report (without Spark: on the
+way out after a stop signal, and at the restart, which also rewrites report.json from the
+committed state before anything else), and one stream at a time holds the checkpoint
 (CHECKPOINT/.lock, an flock the kernel drops when its holder dies)."""
 
 from __future__ import annotations
@@ -79,21 +81,48 @@ def _committed(out: pathlib.Path) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in commits]
 
 
-def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str | None = None) -> dict:
-    """report.json of everything the stream has committed so far (with the landing entries
-    the job skips, files.skipped_report, when `landing` is given)."""
-    out_p = pathlib.Path(out)
-    decoded = (
-        spark.read.schema(DECODED_SCHEMA).parquet(str(out_p / "_decoded"))
-        if _has_parquet(out_p / "_decoded")
-        else spark.createDataFrame([], DECODED_SCHEMA)
-    )
-    bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
+def _report_of(
+    spark: SparkSession, decoded_dirs: list[pathlib.Path], bad: list[dict], opts: JobOptions, landing: str | None
+) -> dict:
+    """report.json of the decoded rows under `decoded_dirs` and the quarantined files `bad`
+    (with the landing entries the job skips, files.skipped_report, when `landing` is given)."""
+    dirs = [str(d) for d in decoded_dirs if _has_parquet(d)]
+    decoded = spark.read.schema(DECODED_SCHEMA).parquet(*dirs) if dirs else spark.createDataFrame([], DECODED_SCHEMA)
     report = build_report(decoded, opts, bad_files=bad)
     if landing is not None:
         report["skipped_landing_entries"] = landing_files.skipped_report(landing)
+    return report
+
+
+def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str | None = None) -> dict:
+    """report.json of everything the stream has committed so far, written."""
+    out_p = pathlib.Path(out)
+    bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
+    report = _report_of(spark, [out_p / "_decoded"], bad, opts, landing)
     write_report(report, out_p)
     return report
+
+
+def _next_report(out: pathlib.Path, batch_id: int) -> pathlib.Path:
+    """Where batch N's report waits for its commit (written before it, promoted after)."""
+    return out / f".report.json.{_tag(batch_id)}"
+
+
+def _promote(waiting: pathlib.Path, out: pathlib.Path) -> None:
+    os.replace(waiting, out / "report.json")
+
+
+def settle_report(out: pathlib.Path, drop_uncommitted: bool = False) -> None:
+    """Makes report.json match the commits without Spark (safe after a stop signal, when the
+    JVM may be gone): a batch's report written before its commit is promoted if the commit
+    exists; one without its commit is dropped when `drop_uncommitted` (no batch running).
+    A stop between a commit and its report left report.json stale."""
+    for waiting in sorted(out.glob(".report.json.b*")):
+        with contextlib.suppress(FileNotFoundError):  # the batch promoted it itself meanwhile
+            if (out / "_batches" / f"{int(waiting.name.rsplit('.b', 1)[1]):010d}.json").exists():
+                _promote(waiting, out)
+            elif drop_uncommitted:
+                waiting.unlink()
 
 
 def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions) -> DataFrame:
@@ -166,15 +195,23 @@ def process_batch(
     finally:
         decoded.unpersist()
     n_records = spark.read.parquet(str(staging / "records")).count() if _has_parquet(staging / "records") else 0
+    # the report of the state after the commit, written before it: commit and report.json move
+    # together (settle_report promotes it if a stop comes in between, here or at the restart)
+    bad_now = [b.as_dict() for b in bad]
+    report = _report_of(
+        spark,
+        [out_p / "_decoded", staging / "_decoded"],
+        [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now,
+        opts,
+        landing,
+    )
+    waiting = write_private(_next_report(out_p, batch_id), json.dumps(report, sort_keys=True, indent=2) + "\n")
     make_private(staging)  # before the files move into place
     _move_staged(staging, out_p, tag)
     private_dir(commit.parent)
-    write_private(
-        commit,
-        json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": [b.as_dict() for b in bad]}, indent=1),
-    )
+    write_private(commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1))
+    _promote(waiting, out_p)
     shutil.rmtree(staging, ignore_errors=True)
-    stream_report(spark, out, opts, landing)
     if checkpoint is not None:
         make_private(checkpoint)
     if on_report is not None:
@@ -208,8 +245,9 @@ def run_stream(
     private_output(spark, out)
     trigger = {"availableNow": True} if trigger_seconds is None else {"processingTime": f"{trigger_seconds} seconds"}
     with _lock(pathlib.Path(checkpoint)):  # one stream per checkpoint, or one clear line
-        # a restart makes report.json match the committed outputs at once (a kill between a
-        # batch's commit and its report left it stale until new data arrived)
+        # a restart makes report.json match the committed outputs at once (a SIGKILL between
+        # a batch's commit and its report would leave it stale until new data arrived)
+        settle_report(pathlib.Path(out), drop_uncommitted=True)
         if _committed(pathlib.Path(out)):
             stream_report(spark, out, opts, landing)
             if on_report is not None:
@@ -237,8 +275,11 @@ def run_stream(
         try:
             query.awaitTermination()
         finally:
-            if query.isActive:
-                query.stop()
+            try:
+                if query.isActive:
+                    query.stop()
+            finally:  # after a stop signal the JVM may be gone: no Spark here
+                settle_report(pathlib.Path(out))
         report = stream_report(spark, out, opts, landing)
         make_private(out)
         make_private(checkpoint)
