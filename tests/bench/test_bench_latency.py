@@ -73,6 +73,7 @@ def test_stream_latency_labels_time_to_table_apart_from_recorder_receive():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 124-183 s in CI: a whole demo run; make test runs the demo with its outage (test_demo.py), phases() above
 @pytest.mark.broker
 def test_bench_latency_outage_quick_prints_percentiles_and_writes_json(tmp_path):
     out = run_bench("latency", "--outage", "--quick", "--out", str(tmp_path), timeout=600)

@@ -133,7 +133,7 @@ def test_keys_are_checked_before_a_jvm_and_kept_out_of_repr(tmp_path):
     assert opts.hmac_keys == (("dev-a", KEY_A),)
     assert hash(opts) == hash(job_options.options_from(args))
     assert KEY_A.hex() not in repr(opts) and "hmac_keys" not in repr(opts)
-    from mqbatch.commands.spark import job_arguments
+    from mqbatch.spark.submit import job_arguments
 
     assert job_arguments(args)[-2:] == ["--hmac-keys", str(bad)]
 

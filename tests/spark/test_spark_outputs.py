@@ -153,9 +153,13 @@ def test_records_read_from_duckdb_as_docs_spark_md_shows(outputs):
 
 
 def test_mqbatch_spark_under_umask_022_private_utc_micros_progress_and_html(tmp_path):
-    """The command in its own JVM, started under umask 022: one progress line per step on
-    stderr with its seconds, the HTML report next to report.json, everything 0700/0600."""
+    """The command as a user runs it: its own JVM (spark-submit from the venv), the mqbatch
+    zip shipped with --py-files, no help from the test process's Python variables, started
+    under umask 022: the summary line, one progress line per step on stderr with its
+    seconds, the HTML report next to report.json, everything 0700/0600."""
     _landing(tmp_path / "landing")
+    # the command sets up the workers' Python and --py-files itself
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     proc = subprocess.run(
         [str(VENV_BIN / "mqbatch"), "spark", "--landing", str(tmp_path / "landing"), "--out", str(tmp_path / "out")]
         + ["--reorder-window", "3", "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
@@ -164,8 +168,10 @@ def test_mqbatch_spark_under_umask_022_private_utc_micros_progress_and_html(tmp_
         text=True,
         timeout=600,
         umask=0o022,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout, proc.stdout[-2000:]
     out = tmp_path / "out"
     assert json.loads((out / "report.json").read_text()) == expected_report(False)
     steps = [line for line in proc.stderr.splitlines() if line.startswith("spark: ")]
