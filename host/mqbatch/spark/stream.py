@@ -109,7 +109,10 @@ def _next_report(out: pathlib.Path, batch_id: int) -> pathlib.Path:
 
 
 def _promote(waiting: pathlib.Path, out: pathlib.Path) -> None:
+    """The waiting report becomes report.json; its mtime is then the moment it did (after the
+    commit: what a reader that polls report.json's mtime against the commits expects)."""
     os.replace(waiting, out / "report.json")
+    os.utime(out / "report.json")
 
 
 def settle_report(out: pathlib.Path, drop_uncommitted: bool = False) -> None:
