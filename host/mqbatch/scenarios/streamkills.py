@@ -137,8 +137,9 @@ class StreamJob:
         return names
 
     def caught_up(self, landing) -> bool:
-        """Every landing file is in a committed micro-batch, and report.json was written after
-        the latest commit (the job rewrites it after each commit, and at each start)."""
+        """Every landing file is in a committed micro-batch, and report.json took effect no
+        earlier than the latest commit (the job renames it into place after each commit, and
+        rewrites it at each start)."""
         from mqbatch.spark import files as landing_files
 
         want = {os.path.basename(f) for f in landing_files.landing_files(str(landing))}
@@ -146,7 +147,9 @@ class StreamJob:
         report = self.out / "report.json"
         if not (want <= self.committed_files() and commits and report.is_file()):
             return False
-        return report.stat().st_mtime_ns > max(c.stat().st_mtime_ns for c in commits)
+        # >=: the job renames a batch's report into place right after its commit, often within
+        # one tick of the file system's clock (equal mtimes); a stale report is older
+        return report.stat().st_mtime_ns >= max(c.stat().st_mtime_ns for c in commits)
 
 
 def records_keys(out) -> list[tuple[str, int, int]]:
