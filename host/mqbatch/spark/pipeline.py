@@ -420,10 +420,10 @@ def build_report(
     }
 
 
-def write_report(report: dict, out: pathlib.Path) -> pathlib.Path:
-    """OUT/report.json, replaced atomically, 0600 (in a 0700 folder if it creates it)."""
+def write_report(report: dict, out: pathlib.Path, name: str = "report.json") -> pathlib.Path:
+    """OUT/report.json (or OUT/name), replaced atomically, 0600 (in a 0700 folder if it creates it)."""
     private_dir(out)
-    return write_private(out / "report.json", json.dumps(report, sort_keys=True, indent=2) + "\n")
+    return write_private(out / name, json.dumps(report, sort_keys=True, indent=2) + "\n")
 
 
 # -- outputs private at rest and tables every tool reads right ----------------------------

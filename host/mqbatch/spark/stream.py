@@ -103,6 +103,10 @@ def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str 
     return report
 
 
+def _commit_path(out: pathlib.Path, batch_id: int) -> pathlib.Path:
+    return out / "_batches" / f"{batch_id:010d}.json"
+
+
 def _next_report(out: pathlib.Path, batch_id: int) -> pathlib.Path:
     """Where batch N's report waits for its commit (written before it, promoted after)."""
     return out / f".report.json.{_tag(batch_id)}"
@@ -122,7 +126,7 @@ def settle_report(out: pathlib.Path, drop_uncommitted: bool = False) -> None:
     A stop between a commit and its report left report.json stale."""
     for waiting in sorted(out.glob(".report.json.b*")):
         with contextlib.suppress(FileNotFoundError):  # the batch promoted it itself meanwhile
-            if (out / "_batches" / f"{int(waiting.name.rsplit('.b', 1)[1]):010d}.json").exists():
+            if _commit_path(out, int(waiting.name.rsplit(".b", 1)[1])).exists():
                 _promote(waiting, out)
             elif drop_uncommitted:
                 waiting.unlink()
@@ -167,7 +171,7 @@ def process_batch(
     on_report=None,
 ) -> None:
     out_p, tag = pathlib.Path(out), _tag(batch_id)
-    commit = out_p / "_batches" / f"{batch_id:010d}.json"
+    commit = _commit_path(out_p, batch_id)
     if commit.exists():
         say(f"batch {batch_id}: already committed, skipped", flush=True)
         return
@@ -208,7 +212,7 @@ def process_batch(
         opts,
         landing,
     )
-    waiting = write_private(_next_report(out_p, batch_id), json.dumps(report, sort_keys=True, indent=2) + "\n")
+    waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
     make_private(staging)  # before the files move into place
     _move_staged(staging, out_p, tag)
     private_dir(commit.parent)
