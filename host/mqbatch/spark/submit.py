@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 
 from mqbatch.spark.pipeline import PROGRESS
@@ -27,6 +28,7 @@ JOB = CHECKOUT / "spark_jobs" / "telemetry_job.py" if CHECKOUT is not None else 
 JOB_ENTRY = "import sys\nfrom mqbatch.spark.job import main\n\nif __name__ == \"__main__\":\n    sys.exit(main())\n"
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # host/mqbatch
 STOP_GRACE_S = 20  # after SIGTERM, then SIGKILL
+WAIT_POLL_S = 0.5  # how often run_child looks at the time while spark-submit runs
 TO_STDERR = (PROGRESS.encode(), LOCK_HELD.encode())  # lines of the job's stdout that go to our stderr
 
 
@@ -167,9 +169,12 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
     received: list[int] = []
     held: list[bytes] = []  # output after the stop signal
     started: list[subprocess.Popen] = []
+    kill_at: list[float] = []  # the first stop signal's time + STOP_GRACE_S
 
     def forward(signum, frame):
         received.append(signum)
+        if not kill_at:
+            kill_at.append(time.monotonic() + STOP_GRACE_S)
         if started and _group_alive(started[0].pid):
             os.killpg(started[0].pid, signal.SIGTERM)
 
@@ -211,13 +216,15 @@ def run_child(cmd: list[str], env: dict[str, str], on_line=None) -> int:
     for t in relays:
         t.start()
 
-    try:
+    try:  # polled: the handler cannot wake a wait without a timeout, so a group that
+        # ignores SIGTERM (a JVM stuck in its shutdown hooks) would keep us here for ever
         while True:
             try:
-                code = proc.wait(timeout=STOP_GRACE_S if received else None)
+                code = proc.wait(timeout=WAIT_POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                if kill_at and time.monotonic() >= kill_at[0] and _group_alive(proc.pid):
+                    os.killpg(proc.pid, signal.SIGKILL)
     finally:
         restore_signals(old)
     if _group_alive(proc.pid):  # a JVM or Python worker that outlived spark-submit
