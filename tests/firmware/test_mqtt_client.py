@@ -155,7 +155,7 @@ def test_topic_alias_maximum(alias_max, mosquitto, wiretap, subscriber, tmp_path
 def test_receive_maximum_bounds_messages_in_flight(inflight, mosquitto, wiretap, subscriber, tmp_path):
     b = mosquitto(max_inflight_messages=inflight)
     sub = subscriber(b, "mqbatch/#")
-    tap = wiretap(b)
+    tap = wiretap(b, hold_acks_until_open=inflight)  # the wire shows the window only if acks wait for it
     steps = [["connect", {}], pub(1, batches=8, service=False), pub(2, batches=6, service=False), ["flush", {}]]
     ev = run_drive(plan(tap.host, tap.port, steps, client={"receive_max": 8}), tmp_path)
     assert not errors(ev), ev

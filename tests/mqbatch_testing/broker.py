@@ -379,8 +379,18 @@ class WireTap:
     in both directions, byte for byte: exact packet sizes, flags and properties as
     they were on the wire, independent of what either end reports."""
 
-    def __init__(self, target_host: str, target_port: int):
+    def __init__(self, target_host: str, target_port: int, hold_acks_until_open: int = 0, hold_s: float = 1.0):
+        """hold_acks_until_open=N: the broker's PUBACK and PUBCOMP (the acks that end a
+        PUBLISH's flight) are held, recorded and forwarded only once N of the client's QoS>0
+        PUBLISHes are open on the wire, or hold_s after they arrived. Without it the packets of
+        the two directions are recorded by two threads, so an ack may be recorded before a
+        PUBLISH the client sent earlier: the overlap a window of N allows shows on the wire
+        only if the client fills it before its first ack comes back (it is not delayed for
+        a client that does not: that client's acks wait hold_s each and the overlap stays 1)."""
         self.target = (target_host, target_port)
+        self.hold_until, self.hold_s = hold_acks_until_open, hold_s
+        self._open: dict[int, set] = {}  # per connection: packet ids of QoS>0 PUBLISHes without final ack
+        self._open_changed = threading.Condition()
         self.frames: list[Frame] = []
         self.refused: list[str] = []  # upstream connects that failed
         self._lock = threading.Lock()
@@ -446,13 +456,35 @@ class WireTap:
                 total = 1 + n + rem
                 if len(pending) < total:
                     break
+                frame = Frame(conn, direction, pending[:total])
+                if self.hold_until:
+                    self._track(frame)  # may wait (s2c acks): then the frame goes on its own
                 with self._lock:
-                    self.frames.append(Frame(conn, direction, pending[:total]))
+                    self.frames.append(frame)
                 pending = pending[total:]
+                if self.hold_until and direction == "s2c":
+                    try:
+                        dst.sendall(frame.raw)
+                    except OSError:
+                        return
+            if self.hold_until and direction == "s2c":
+                continue  # its whole frames went one by one; a partial one waits in `pending` for its rest
             try:
                 dst.sendall(data)
             except OSError:
                 return
+
+    def _track(self, frame: Frame) -> None:
+        """hold_acks_until_open: count the open PUBLISHes; hold a final ack until enough are open."""
+        opened = self._open.setdefault(frame.conn, set())
+        if frame.direction == "c2s" and frame.type == 3 and frame.flags & 0x06:
+            with self._open_changed:
+                opened.add(frame.publish_fields()["pid"])
+                self._open_changed.notify_all()
+        elif frame.direction == "s2c" and frame.type in (4, 7):  # PUBACK, PUBCOMP
+            with self._open_changed:
+                self._open_changed.wait_for(lambda: len(opened) >= self.hold_until, self.hold_s)
+                opened.discard(int.from_bytes(frame.raw[2:4], "big"))
 
     def packets(self, ptype: int | None = None, direction: str | None = None) -> list[Frame]:
         with self._lock:
@@ -472,8 +504,8 @@ class WireTap:
 def wiretap():
     made: list[WireTap] = []
 
-    def factory(broker: Mosquitto) -> WireTap:
-        t = WireTap(broker.host, broker.port)
+    def factory(broker: Mosquitto, **kw) -> WireTap:
+        t = WireTap(broker.host, broker.port, **kw)
         made.append(t)
         return t
 
