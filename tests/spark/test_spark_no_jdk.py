@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from test_spark_job import expected_report, scenario_files
+from test_spark_job import STEPS, expected_report, scenario_files
+from test_spark_outputs import not_private, not_utc_micros
 
 from mqbatch.util.paths import ROOT
 from mqbatch_testing.spark import write_landing
@@ -45,27 +46,42 @@ def _env(tmp_path, path: str) -> dict:
     return env
 
 
-def test_without_javac_the_job_decodes_in_python_and_says_so_once(tmp_path):
-    """End to end through spark-submit (its own JVM): the case that crashed."""
+def test_without_javac_under_umask_022_the_command_decodes_in_python_with_private_outputs(tmp_path):
+    """End to end through spark-submit (its own JVM), as a user runs the command: the case
+    that crashed. No help from the test process's Python variables, started under umask 022:
+    the same report as the fast path, the note said once, the summary line, one progress
+    line per step on stderr with its seconds, the HTML report next to report.json,
+    everything 0700/0600, every timestamp UTC microseconds (issues 23.4, 26.9)."""
     landing = tmp_path / "landing"
     for segment, rows in enumerate(scenario_files()):
         write_landing(landing, "r1", segment, rows)
     env = _env(tmp_path, path_without_javac(tmp_path / "bin"))
     assert subprocess.run(["sh", "-c", "command -v javac"], env=env, capture_output=True).returncode != 0
+    out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", str(landing), "--out", str(tmp_path / "out")]
-        + ["--reorder-window", "3", *SMALL],
+        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", str(landing), "--out", str(out)]
+        + ["--reorder-window", "3", *SMALL, "--html"],
         capture_output=True,
         text=True,
         timeout=600,
+        umask=0o022,
         env=env,
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((tmp_path / "out" / "report.json").read_text()) == expected_report(False)
+    assert json.loads((out / "report.json").read_text()) == expected_report(False)
     notes = [line for line in proc.stderr.splitlines() if "fast path is off" in line]
     assert len(notes) == 1 and "no javac (a JDK) found" in notes[0], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr[-3000:]
+    assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout, proc.stdout[-2000:]
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("spark: ")]
+    names = [line.removeprefix("spark: ").rsplit(" ", 2)[0] for line in steps]
+    assert names == STEPS, proc.stderr[-3000:]
+    assert all(line.endswith(" s") and float(line.rsplit(" ", 2)[1]) >= 0 for line in steps)
+    assert (out / "report.html").is_file() and f"HTML report {out / 'report.html'}" in proc.stderr
+    assert not_private(out) == []
+    for table in ("records", "quarantine"):
+        assert not_utc_micros(out / table) == []
 
 
 def test_with_a_failing_javac_the_command_ships_no_jar_and_says_why_once(tmp_path):

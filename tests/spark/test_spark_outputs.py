@@ -6,19 +6,16 @@ zone-less nanoseconds). Both checkers are shown failing on a broken tree first."
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
 import stat
-import subprocess
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_spark_job import STEPS, expected_report, scenario_files
+from test_spark_job import expected_report, scenario_files
 
-from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import write_landing
 
 pytestmark = pytest.mark.spark
@@ -150,38 +147,6 @@ def test_records_read_from_duckdb_as_docs_spark_md_shows(outputs):
         f"FROM read_parquet('{out}/records/**/*.parquet', hive_partitioning = true))"
     ).fetchone()[0]
     assert n == sum(len(r) for r in pq.read_table(f"{out}/records").column("readings").to_pylist())
-
-
-def test_mqbatch_spark_under_umask_022_private_utc_micros_progress_and_html(tmp_path):
-    """The command as a user runs it: its own JVM (spark-submit from the venv), the mqbatch
-    zip shipped with --py-files, no help from the test process's Python variables, started
-    under umask 022: the summary line, one progress line per step on stderr with its
-    seconds, the HTML report next to report.json, everything 0700/0600."""
-    _landing(tmp_path / "landing")
-    # the command sets up the workers' Python and --py-files itself
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    proc = subprocess.run(
-        [str(VENV_BIN / "mqbatch"), "spark", "--landing", str(tmp_path / "landing"), "--out", str(tmp_path / "out")]
-        + ["--reorder-window", "3", "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
-        + ["--conf", "spark.sql.shuffle.partitions=2", "--html"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        umask=0o022,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "12 landed PUBLISHes, 16 records (2 duplicates), 6 quarantined" in proc.stdout, proc.stdout[-2000:]
-    out = tmp_path / "out"
-    assert json.loads((out / "report.json").read_text()) == expected_report(False)
-    steps = [line for line in proc.stderr.splitlines() if line.startswith("spark: ")]
-    names = [line.removeprefix("spark: ").rsplit(" ", 2)[0] for line in steps]
-    assert names == STEPS, proc.stderr[-3000:]
-    assert all(line.endswith(" s") and float(line.rsplit(" ", 2)[1]) >= 0 for line in steps)
-    assert (out / "report.html").is_file() and f"HTML report {out / 'report.html'}" in proc.stderr
-    assert not_private(out) == []
-    for table in ("records", "quarantine"):
-        assert not_utc_micros(out / table) == []
 
 
 def test_the_html_report_is_written_when_the_stream_says_so_and_a_failure_is_one_line(outputs, tmp_path, capsys):
