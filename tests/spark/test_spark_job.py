@@ -510,7 +510,7 @@ def test_bad_landing_path_is_a_clear_error(job, spark, tmp_path):
 def test_mqbatch_spark_print_command_for_a_cluster_ships_the_package(tmp_path):
     """The CLI path for a cluster: the zip of mqbatch shipped with --py-files, the master
     passed through (the job run by spark-submit itself, in its own JVM, is
-    test_spark_outputs.py::test_mqbatch_spark_under_umask_022_...)."""
+    test_spark_no_jdk.py::test_without_javac_under_umask_022_...)."""
     dry = subprocess.run(
         [
             str(VENV_BIN / "mqbatch"),
@@ -594,3 +594,21 @@ def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert sum(v[1] for v in got.values()) > 1000  # out of order in earnest
+
+
+def test_the_reports_aggregates_run_together_in_order_in_the_callers_job_group(spark):
+    """build_report's four collects run in threads (pipeline._collect_together): results in
+    the order given, every job in the caller's job group (the benchmark counts jobs by it;
+    plain threads lose it), and a failing collect fails the call instead of a None result."""
+    from mqbatch.spark import pipeline
+
+    sc = spark.sparkContext
+    sc.setJobGroup("collect-together-test", "test")
+    try:
+        got = pipeline._collect_together(spark.range(3).collect, lambda: spark.range(5).count(), spark.range(1).collect)
+        assert [len(got[0]), got[1], len(got[2])] == [3, 5, 1]
+        assert len(sc.statusTracker().getJobIdsForGroup("collect-together-test")) >= 3
+        with pytest.raises(ZeroDivisionError):
+            pipeline._collect_together(spark.range(2).collect, lambda: 1 // 0)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)

@@ -370,17 +370,50 @@ def _devices(outcomes: list, boots: list, latency: list) -> dict:
     return devices
 
 
+def _collect_together(*collects) -> list:
+    """Run the report's small Spark jobs at the same time (one driver thread each): each
+    has a few tasks, so one at a time they leave the executors' cores idle while the driver
+    plans the next; the results are the same, in the order given. InheritableThread: each
+    thread's jobs keep the caller's local properties (its job group, which the benchmark
+    counts jobs by). The first exception raised is raised here, after every thread ended."""
+    from pyspark import InheritableThread
+
+    results: list = [None] * len(collects)
+    errors: list[BaseException] = []
+
+    def run(i, collect):
+        try:
+            results[i] = collect()
+        except BaseException as e:  # raised again by the caller's thread
+            errors.append(e)
+
+    threads = [InheritableThread(target=run, args=(i, c), name=f"mqbatch-report-{i}") for i, c in enumerate(collects)]
+    for t in threads:
+        t.daemon = True  # a stop signal in the caller's thread does not wait for them
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def build_report(
     decoded: DataFrame, opts: JobOptions, unique: DataFrame | None = None, bad_files: list | None = None
 ) -> dict:
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
-    quarantined landing files (files.BadFile). Three small aggregates are collected
-    (outcomes, per boot, latency) and merged on the driver."""
+    quarantined landing files (files.BadFile). Four small aggregates are collected at once
+    (outcomes, per boot, latency, released per boot: _collect_together) and merged on the driver."""
     unique = unique if unique is not None else deduplicate(records(decoded))
-    outcomes = outcome_counts(decoded)
-    devices = _devices(outcomes, boot_quality(unique, opts).collect(), latency_percentiles(unique).collect())
-    accounting.add_accounting(devices, accounting.released_per_boot(records(decoded)).collect())  # issue 22
+    outcomes, boots, latency, released = _collect_together(
+        lambda: outcome_counts(decoded),
+        boot_quality(unique, opts).collect,
+        latency_percentiles(unique).collect,
+        accounting.released_per_boot(records(decoded)).collect,
+    )
+    devices = _devices(outcomes, boots, latency)
+    accounting.add_accounting(devices, released)  # issue 22
     landed = [r for r in outcomes if r["landed_first"]]
     batches = _tally(outcomes, "batch_status", lambda r: r["landed_first"])
     by_reason = _tally(outcomes, "reason", lambda r: r["reason"] is not None)
