@@ -39,12 +39,18 @@ buffers = ctx = reserve = None
 try:
     import json
 
-    with open("config.json") as f:
-        cfg = json.load(f)
-    # 4096: mqb_config.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
-    size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
-    use_tls = cfg.get("broker", {}).get("tls", True)
-    del cfg, f
+    try:
+        with open("config.json") as f:
+            cfg = json.load(f)
+        # 4096: mqb_config.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
+        size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
+        use_tls = cfg.get("broker", {}).get("tls", True)
+        del cfg, f
+    except Exception:
+        # missing, not JSON, not an object, a wrong type: mqb_app.main's load_config refuses
+        # it in one line and does not run (a reboot here would refuse it again every 5 s)
+        cfg = f = None
+        size, use_tls = 160, False
     buffers = (bytearray(size), bytearray(size))
     if use_tls:
         try:
