@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from test_spark_cli import _group  # live members of a process group, read from /proc
+
 from mqbatch.util.paths import ROOT
 
 RUNNER = """
@@ -19,14 +21,6 @@ submit.STOP_GRACE_S = {grace}
 child = ["sh", "-c", "trap '' TERM; echo up; sleep 600 & wait; sleep 600"]
 sys.exit(submit.run_child(child, {{"PATH": "/usr/bin:/bin"}}))
 """
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
@@ -54,6 +48,6 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path)
     assert took < grace + 15, f"stopped after {took:.1f} s with a grace period of {grace} s"
     assert "stopped by SIGTERM" in runner.stderr.read()
     deadline = time.monotonic() + 10
-    while _group_alive(child_pgid) and time.monotonic() < deadline:
+    while _group(child_pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(child_pgid), "the child's process group outlived the stop"
+    assert _group(child_pgid) == [], "the child's process group outlived the stop"
