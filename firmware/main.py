@@ -44,6 +44,8 @@ try:
             cfg = json.load(f)
         # 4096: mqb_config.defaults(); + header room: mqb_app needs 64 + the topic's length (here up to 96 bytes)
         size = cfg.get("flush", {}).get("max_bytes", 4096) + 160
+        if type(size) is not int or not 224 <= size <= 1048736:
+            raise ValueError(size)   # mqb_config's flush.max_bytes rule (64..1048576) + 160
         use_tls = cfg.get("broker", {}).get("tls", True)
         del cfg, f
     except Exception:

@@ -197,6 +197,10 @@ def make_config(user, board=None):
         raise ConfigError("min_qos must be 0, 1 or 2 and at most qos (%r), got %r" % (cfg["qos"], cfg["min_qos"]))
     if not 0 < cfg["sample_hz"] <= 1000:
         raise ConfigError("sample_hz must be in (0, 1000], got %r" % cfg["sample_hz"])
+    v = cfg["flush"]["max_bytes"]
+    if type(v) is not int or not 64 <= v <= 1048576:
+        # main.py sizes the two batch buffers from it (+ 160) before this check runs
+        raise ConfigError("flush.max_bytes must be a whole number of bytes in 64..1048576, got %r" % v)
     hmac_key(cfg)
     for p in keys.split():
         if p[-1] == "R":

@@ -21,6 +21,10 @@ CASES = {
     "a JSON list": "[1, 2]",
     "max_bytes a string": '{"device_id": "d", "broker": {"host": "h", "tls": false}, "flush": {"max_bytes": "4096"}}',
     "broker a string": '{"device_id": "d", "broker": "h"}',
+    # numbers main.py cannot size a buffer with (a float: TypeError in bytearray) or should not
+    "max_bytes a float": '{"device_id": "d", "broker": {"host": "h", "tls": false}, "flush": {"max_bytes": 4096.0}}',
+    "max_bytes negative": '{"device_id": "d", "broker": {"host": "h", "tls": false}, "flush": {"max_bytes": -500}}',
+    "max_bytes 10 GB": '{"device_id": "d", "broker": {"host": "h", "tls": false}, "flush": {"max_bytes": 9999999999}}',
 }
 
 

@@ -62,6 +62,10 @@ def test_every_known_key_passes():
 def test_wrong_type_is_still_caught():
     assert refused(cfg(sample_hz="ten")) == "sample_hz must be a number, got 'ten'"
     assert refused(cfg(flush={"max_bytes": "2k"})) == "flush.max_bytes must be a number, got '2k'"
+    for bad in (4096.0, -500, 63, 1048577, 9999999999):   # main.py sizes two buffers with it: a whole number in range
+        assert refused(cfg(flush={"max_bytes": bad})) == \
+            "flush.max_bytes must be a whole number of bytes in 64..1048576, got %r" % bad, bad
+    assert C.make_config(cfg(flush={"max_bytes": 64}))["flush"]["max_bytes"] == 64
     assert refused(cfg(require_subscribers="yes")) == "require_subscribers must be a boolean, got 'yes'"
     assert refused(cfg(flush=5)) == "flush must be an object, got 5"
     c = cfg()
