@@ -382,11 +382,12 @@ class WireTap:
     def __init__(self, target_host: str, target_port: int, hold_acks_until_open: int = 0, hold_s: float = 1.0):
         """hold_acks_until_open=N: the broker's PUBACK and PUBCOMP (the acks that end a
         PUBLISH's flight) are held, recorded and forwarded only once N of the client's QoS>0
-        PUBLISHes are open on the wire, or hold_s after they arrived. Without it the packets of
+        PUBLISHes are open on the wire, or after waiting hold_s. Without it the packets of
         the two directions are recorded by two threads, so an ack may be recorded before a
         PUBLISH the client sent earlier: the overlap a window of N allows shows on the wire
         only if the client fills it before its first ack comes back (it is not delayed for
-        a client that does not: that client's acks wait hold_s each and the overlap stays 1)."""
+        a client that does not: each of that client's acks waits up to hold_s, one after
+        the other, and the overlap stays 1)."""
         self.target = (target_host, target_port)
         self.hold_until, self.hold_s = hold_acks_until_open, hold_s
         self._open: dict[int, set] = {}  # per connection: packet ids of QoS>0 PUBLISHes without final ack
@@ -457,10 +458,9 @@ class WireTap:
                 if len(pending) < total:
                     break
                 frame = Frame(conn, direction, pending[:total])
-                if self.hold_until:
-                    self._track(frame)  # may wait (s2c acks): then the frame goes on its own
-                with self._lock:
-                    self.frames.append(frame)
+                if not (self.hold_until and self._track(frame)):  # _track may wait (s2c acks) and records
+                    with self._lock:
+                        self.frames.append(frame)
                 pending = pending[total:]
                 if self.hold_until and direction == "s2c":
                     try:
@@ -474,17 +474,27 @@ class WireTap:
             except OSError:
                 return
 
-    def _track(self, frame: Frame) -> None:
-        """hold_acks_until_open: count the open PUBLISHes; hold a final ack until enough are open."""
+    def _track(self, frame: Frame) -> bool:
+        """hold_acks_until_open: count the open PUBLISHes; hold a final ack until enough are open.
+        Records the frames it counts itself, in the same critical section as the count (a
+        PUBLISH counted, then an ack released and recorded before the PUBLISH, would show
+        a smaller overlap than there was). True if it recorded the frame."""
         opened = self._open.setdefault(frame.conn, set())
         if frame.direction == "c2s" and frame.type == 3 and frame.flags & 0x06:
             with self._open_changed:
                 opened.add(frame.publish_fields()["pid"])
+                with self._lock:
+                    self.frames.append(frame)
                 self._open_changed.notify_all()
-        elif frame.direction == "s2c" and frame.type in (4, 7):  # PUBACK, PUBCOMP
+            return True
+        if frame.direction == "s2c" and frame.type in (4, 7):  # PUBACK, PUBCOMP
             with self._open_changed:
                 self._open_changed.wait_for(lambda: len(opened) >= self.hold_until, self.hold_s)
                 opened.discard(int.from_bytes(frame.raw[2:4], "big"))
+                with self._lock:
+                    self.frames.append(frame)
+            return True
+        return False
 
     def packets(self, ptype: int | None = None, direction: str | None = None) -> list[Frame]:
         with self._lock:
