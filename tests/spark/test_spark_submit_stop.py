@@ -34,6 +34,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path)
         env=env,
         cwd=tmp_path,
     )
+    child_pgid = None
     try:
         assert runner.stdout.readline().strip() == "up"
         child_pgid = int(subprocess.check_output(["pgrep", "-P", str(runner.pid)], text=True).split()[0])
@@ -44,6 +45,8 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path)
     finally:
         if runner.poll() is None:
             runner.kill()
+        if child_pgid is not None and _group(child_pgid):  # a failed run leaves no `sleep 600` (it ignores SIGTERM)
+            os.killpg(child_pgid, signal.SIGKILL)
     assert code == 128 + signal.SIGTERM, runner.stderr.read()[-2000:]
     assert took < grace + 15, f"stopped after {took:.1f} s with a grace period of {grace} s"
     assert "stopped by SIGTERM" in runner.stderr.read()
