@@ -9,13 +9,12 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 from test_spark_job import STEPS, expected_report, scenario_files
 from test_spark_outputs import not_private, not_utc_micros
 
-from mqbatch.util.paths import ROOT
+from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import write_landing
 
 pytestmark = pytest.mark.spark
@@ -40,9 +39,11 @@ def failing_javac(directory: pathlib.Path) -> str:
 
 
 def _env(tmp_path, path: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    # no jar cached anywhere, the checkout's own host package on the path
-    env.update(PATH=path, MQBATCH_JVM_CACHE=str(tmp_path / "jvm-cache"), PYTHONPATH=str(ROOT / "host"))
+    drop = ("JAVA_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    # no jar cached anywhere; no help from the test process's Python variables: the venv's
+    # console script finds mqbatch as installed, and the command ships it with --py-files
+    env.update(PATH=path, MQBATCH_JVM_CACHE=str(tmp_path / "jvm-cache"))
     return env
 
 
@@ -59,7 +60,7 @@ def test_without_javac_under_umask_022_the_command_decodes_in_python_with_privat
     assert subprocess.run(["sh", "-c", "command -v javac"], env=env, capture_output=True).returncode != 0
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", str(landing), "--out", str(out)]
+        [str(VENV_BIN / "mqbatch"), "spark", "--landing", str(landing), "--out", str(out)]
         + ["--reorder-window", "3", *SMALL, "--html"],
         capture_output=True,
         text=True,
@@ -89,7 +90,7 @@ def test_with_a_failing_javac_the_command_ships_no_jar_and_says_why_once(tmp_pat
     that it was said (it then decodes in Python exactly as without javac, above)."""
     env = _env(tmp_path, failing_javac(tmp_path / "bin"))
     proc = subprocess.run(
-        [sys.executable, "-m", "mqbatch.cli", "spark", "--landing", "L", "--out", "O", "--print-command"]
+        [str(VENV_BIN / "mqbatch"), "spark", "--landing", "L", "--out", "O", "--print-command"]
         + ["--pyfiles-zip", str(tmp_path / "mqbatch.zip")],
         capture_output=True,
         text=True,
