@@ -375,17 +375,20 @@ def _collect_together(*collects) -> list:
     has a few tasks, so one at a time they leave the executors' cores idle while the driver
     plans the next; the results are the same, in the order given. InheritableThread: each
     thread's jobs keep the caller's local properties (its job group, which the benchmark
-    counts jobs by). The first exception raised is raised here, after every thread ended."""
+    counts jobs by). After every thread ended, the first failure in the order given is
+    raised here; a thread that never ran its collect is a failure too (never a None result)."""
     from pyspark import InheritableThread
 
     results: list = [None] * len(collects)
-    errors: list[BaseException] = []
+    errors: list = [None] * len(collects)
+    done = [False] * len(collects)
 
     def run(i, collect):
         try:
             results[i] = collect()
+            done[i] = True
         except BaseException as e:  # raised again by the caller's thread
-            errors.append(e)
+            errors[i] = e
 
     threads = [InheritableThread(target=run, args=(i, c), name=f"mqbatch-report-{i}") for i, c in enumerate(collects)]
     for t in threads:
@@ -393,8 +396,11 @@ def _collect_together(*collects) -> list:
         t.start()
     for t in threads:
         t.join()
-    if errors:
-        raise errors[0]
+    for e in errors:  # the first failure in the order given
+        if e is not None:
+            raise e
+    if not all(done):  # a thread that died before its collect ran (InheritableThread's own set-up)
+        raise RuntimeError(f"mqbatch.spark: report aggregates {[i for i, d in enumerate(done) if not d]} did not run")
     return results
 
 
