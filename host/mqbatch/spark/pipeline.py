@@ -379,14 +379,13 @@ def _collect_together(*collects) -> list:
     raised here; a thread that never ran its collect is a failure too (never a None result)."""
     from pyspark import InheritableThread
 
-    results: list = [None] * len(collects)
+    missing = object()  # a result slot whose collect never ran
+    results: list = [missing] * len(collects)
     errors: list = [None] * len(collects)
-    done = [False] * len(collects)
 
     def run(i, collect):
         try:
             results[i] = collect()
-            done[i] = True
         except BaseException as e:  # raised again by the caller's thread
             errors[i] = e
 
@@ -399,8 +398,9 @@ def _collect_together(*collects) -> list:
     for e in errors:  # the first failure in the order given
         if e is not None:
             raise e
-    if not all(done):  # a thread that died before its collect ran (InheritableThread's own set-up)
-        raise RuntimeError(f"mqbatch.spark: report aggregates {[i for i, d in enumerate(done) if not d]} did not run")
+    not_run = [i for i, r in enumerate(results) if r is missing]  # a thread that died in InheritableThread's set-up
+    if not_run:
+        raise RuntimeError(f"mqbatch.spark: report aggregates {not_run} did not run")
     return results
 
 
