@@ -436,6 +436,7 @@ class WireTap:
 
     def _pump(self, src, dst, conn, direction):
         pending = b""
+        one_by_one = bool(self.hold_until) and direction == "s2c"  # a held ack must not let later bytes pass
         while True:
             try:
                 data = src.recv(65536)
@@ -462,12 +463,12 @@ class WireTap:
                     with self._lock:
                         self.frames.append(frame)
                 pending = pending[total:]
-                if self.hold_until and direction == "s2c":
+                if one_by_one:
                     try:
                         dst.sendall(frame.raw)
                     except OSError:
                         return
-            if self.hold_until and direction == "s2c":
+            if one_by_one:
                 continue  # its whole frames went one by one; a partial one waits in `pending` for its rest
             try:
                 dst.sendall(data)
@@ -480,14 +481,14 @@ class WireTap:
         PUBLISH counted, then an ack released and recorded before the PUBLISH, would show
         a smaller overlap than there was). True if it recorded the frame."""
         opened = self._open.setdefault(frame.conn, set())
-        if frame.direction == "c2s" and frame.type == 3 and frame.flags & 0x06:
+        if frame.direction == "c2s" and frame.type == PacketTypes.PUBLISH and frame.flags & 0x06:
             with self._open_changed:
                 opened.add(frame.publish_fields()["pid"])
                 with self._lock:
                     self.frames.append(frame)
                 self._open_changed.notify_all()
             return True
-        if frame.direction == "s2c" and frame.type in (4, 7):  # PUBACK, PUBCOMP
+        if frame.direction == "s2c" and frame.type in (PacketTypes.PUBACK, PacketTypes.PUBCOMP):
             with self._open_changed:
                 self._open_changed.wait_for(lambda: len(opened) >= self.hold_until, self.hold_s)
                 opened.discard(int.from_bytes(frame.raw[2:4], "big"))
