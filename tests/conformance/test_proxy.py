@@ -406,6 +406,33 @@ def test_what_the_client_sent_after_the_broker_closed_is_still_checked():
     echo.close()
 
 
+def test_what_a_client_sent_before_it_closed_is_checked_when_the_proxy_stops():
+    """The publisher under test sends its last packets, closes and exits; the harness then
+    stops the proxy. Under load the proxy's reading thread may not have read those bytes
+    yet: stop() used to reset the connection at once, the kernel dropped what was unread,
+    and MQTT-AFTER-DISCONNECT came out NOT TESTED instead of FAIL (seen in a fresh-clone
+    run). Here the reading thread is held in a forwarding delay while the client finishes."""
+    echo = Echo(mini_broker)
+    px = Proxy("127.0.0.1", echo.port).start()
+    try:
+        with socket.create_connection(("127.0.0.1", px.port)) as s:
+            s.sendall(CONNECT)
+            assert read_n(s, len(CONNACK)) == CONNACK
+            px.delay(1.0)  # the pump checks the next packet, then sleeps before forwarding it
+            s.sendall(PUBLISH_1)
+            time.sleep(0.2)
+            s.sendall(H("e0 00") + H("c0 00"))  # DISCONNECT, then a PINGREQ: unread in the kernel
+        px.stop()  # at once, as the harness does once the publisher has exited
+        assert [(r.direction, r.name) for r in px.packets("DISCONNECT") + px.packets("PINGREQ")] == [
+            ("c2s", "DISCONNECT"),
+            ("c2s", "PINGREQ"),
+        ]
+        assert [v.rule for v in px.violations] == ["MQTT-AFTER-DISCONNECT"]
+    finally:
+        px.stop()
+        echo.close()
+
+
 def _probe_cut_then_resume(after_cut: bytes, on_resume: bytes) -> list[str]:
     """The Maximum Packet Size probe cuts the connection after the PUBACK of a full batch
     (pid 1). Having read that PUBACK, the client sends `after_cut` (before it reads the
