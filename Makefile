@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets itself up (tools/bootstrap.sh).
-.PHONY: demo test test-fast test-long setup bench clean
+.PHONY: demo test test-fast test-long setup bench wheel clean
 
 demo: setup
 	.venv/bin/mqbatch demo
@@ -28,5 +28,10 @@ setup:
 bench: setup
 	.venv/bin/mqbatch bench all
 
+# The wheel in dist/, with the Spark job's JVM fast path compiled inside (setup.py; needs the
+# venv's PySpark and a JDK): installed next to the same PySpark, a JRE is enough.
+wheel: setup
+	MQBATCH_WHEEL_JVM=require .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w dist .
+
 clean:
-	rm -rf .venv build run .pytest_cache .hypothesis
+	rm -rf .venv build dist run .pytest_cache .hypothesis

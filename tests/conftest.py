@@ -20,6 +20,15 @@ from mqbatch_testing.tiers import ALL_MARKERS
 
 pytest_plugins = ["mqbatch_testing.fixtures", "mqbatch_testing.broker", "mqbatch_testing.spark"]
 
+# Every JVM the tests start (the shared SparkSessions, each spark-submit a test runs, the
+# bench smoke run) compiles with C1 only: their data is small, so most of their CPU went to
+# C2 compiling code that then ran for a moment (tests/spark/test_jvm_decode.py alone: 144 s
+# of CPU -> 95 s, 2 cores, idle). Same code paths, same results; spark-submit reads the
+# variable (checked by tests/spark/test_spark_job.py). Products and `make bench` keep the
+# JVM's default JIT; `mqbatch bench` prints the options when they are set.
+TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTS)
+
 
 # -- test tiers (docs/testing.md; checked by tests/test_tiers.py) --------------------------
 # The device test modules whose every test is in the fast tier (`make test-fast`): the

@@ -12,6 +12,7 @@ as a user's would be."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -72,6 +73,7 @@ def wheel(tmp_path_factory, source) -> pathlib.Path:
         capture_output=True,
         text=True,
         timeout=300,
+        env=dict(os.environ, MQBATCH_WHEEL_JVM="require"),  # as `make wheel`: the JVM jar inside
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (whl,) = (tmp / "dist").glob("mqbatch-*.whl")
@@ -139,6 +141,13 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
     assert "mqbatch/spark/java/BatchDecoder.java" in names  # the JVM fast path's source
+    # ... and its jar, compiled at wheel-build time against this PySpark (setup.py): a JRE is enough
+    from mqbatch.spark import jvm
+
+    key = jvm.jar_name(jvm.SOURCE.read_bytes(), jvm.compile_classpath(jvm.spark_jars_dir()))
+    assert sorted(n for n in names if n.endswith(".jar")) == [f"mqbatch/spark/java/{key}"]
+    with zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(wheel).read(f"mqbatch/spark/java/{key}"))) as jar:
+        assert "mqbatch/jvm/BatchDecoder.class" in jar.namelist()
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text
@@ -327,24 +336,19 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
 )
 @pytest.mark.slow
 def test_installed_spark_runs_the_job(venv):
-    from mqbatch_testing.spark import T0_MS, landed, sample, write_landing
+    from mqbatch_testing.spark import T0_MS, landed, path_without_javac, sample, write_landing
 
     landing, out = venv["cwd"] / "spark-landing", venv["cwd"] / "spark-out"
     subs = [sample(1, seq)[0] for seq in range(3)]
     write_landing(landing, "rec-1", 0, [landed("mqbatch/dev-1/telemetry", subs, T0_MS + 5000)])
-    cache = venv["cwd"] / "xdg-cache"  # the fast path's jar is built there (not in ~/.cache)
-    s = run(
-        venv,
-        "spark",
-        "--landing",
-        str(landing),
-        "--out",
-        str(out),
-        timeout=600,
-        env=dict(venv["env"], XDG_CACHE_HOME=str(cache)),
-    )
+    # a JRE is enough: no javac on PATH, an empty cache, no JAVA_HOME; the shipped jar is used
+    cache = venv["cwd"] / "xdg-cache"
+    env = {k: v for k, v in venv["env"].items() if k not in ("JAVA_HOME", "MQBATCH_JVM_CACHE")}
+    bin_dir = path_without_javac(venv["cwd"] / "no-javac-bin")
+    env.update(XDG_CACHE_HOME=str(cache), PATH=f"{venv['bin']}:{VENV_BIN}:{bin_dir}")
+    s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600, env=env)
     assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
-    assert [p.suffix for p in (cache / "mqbatch" / "jvm").iterdir()] == [".jar"]
-    assert "fast path is off" not in s.stderr
+    assert "fast path is off" not in s.stderr and "javac" not in s.stderr, s.stderr[-3000:]
+    assert not cache.exists(), sorted(cache.rglob("*"))  # nothing compiled, nothing cached
     report = json.loads((out / "report.json").read_text())
     assert report["records"] == {"received": 3, "unique": 3, "duplicates": 0, "key_collisions": 0}, report

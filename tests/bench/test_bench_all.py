@@ -6,6 +6,7 @@ asserted: figures are for reading (docs/), not for failing a loaded CI machine."
 from __future__ import annotations
 
 import json
+import os
 import re
 
 
@@ -38,6 +39,8 @@ def test_bench_all_quick_runs_every_target_and_prints_figures(bench_all_quick):
         assert f"](benchmarks/{png}.png)" in md
     # one provenance block per section: wire bytes and device rates (both from wire.json), device, ingest, spark
     assert md.count("*Command:* `mqbatch bench ") == 5 and md.count("*Machine:* ") == 5
+    # the test JVMs' C1-only JIT (tests/conftest.py) is named with the figures it shaped
+    assert md.count(f"JVM options `SPARK_SUBMIT_OPTS={os.environ['SPARK_SUBMIT_OPTS']}`") == 5, md
     for heading in (
         "## Bytes per record on the wire",
         "## Records per second",

@@ -21,6 +21,15 @@ from mqbatch.wire import codec, records
 SPARK_JOBS = ROOT / "spark_jobs"
 
 
+def path_without_javac(directory: pathlib.Path) -> str:
+    """A PATH of /usr/bin's tools (links) without javac (and without the venv)."""
+    directory.mkdir()
+    for tool in pathlib.Path("/usr/bin").iterdir():
+        if not tool.name.startswith("javac"):
+            (directory / tool.name).symlink_to(tool)
+    return str(directory)
+
+
 def spark_env() -> dict:
     """Environment for Spark with the venv's Python and spark_jobs/ importable."""
     env = dict(os.environ)

@@ -28,9 +28,11 @@ import tempfile
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 HERE = pathlib.Path(__file__).resolve().parent
+PATH = "_mqbatch_diff_fast"  # the union's tag column: True for the fast path's rows
 SORT = [
     ("offset", "ascending"),
     ("segment", "ascending"),
@@ -56,8 +58,13 @@ class Outcome:
     differences: list = dataclasses.field(default_factory=list)
 
 
-def _rows(df) -> pa.Table:
-    return df.toArrow().sort_by(SORT)
+def _both(python, fast) -> tuple[pa.Table, pa.Table]:
+    """The rows of both paths from one Spark job (a union tagged by path), each sorted."""
+    from pyspark.sql import functions as F
+
+    tagged = python.withColumn(PATH, F.lit(False)).unionByName(fast.withColumn(PATH, F.lit(True))).toArrow()
+    mask = tagged.column(PATH)
+    return tuple(tagged.filter(m).drop_columns([PATH]).sort_by(SORT) for m in (pc.invert(mask), mask))
 
 
 def compare_group(spark, rows: list[dict], opts, tmp: pathlib.Path, outcome: Outcome) -> None:
@@ -73,8 +80,12 @@ def compare_group(spark, rows: list[dict], opts, tmp: pathlib.Path, outcome: Out
     if opts.hmac_keys is None:
         outcome.fast_landed += landed.where(jvm.is_fast(spark, opts)).count()
     for compact in (False, True):
-        want = _rows(pipeline.decode(landed, opts, compact, fast_path=False))
-        got = _rows(pipeline.decode(landed, opts, compact, fast_path=True))
+        python = pipeline.decode(landed, opts, compact, fast_path=False)
+        fast = pipeline.decode(landed, opts, compact, fast_path=True)
+        if python.schema != fast.schema:  # Spark's own types and nullability, before any job runs
+            outcome.differences.append((opts, compact, f"schemas differ:\n{python.schema}\n--\n{fast.schema}"))
+            continue
+        want, got = _both(python, fast)
         if not compact:
             outcome.rows += want.num_rows
         if want.schema == got.schema and want.equals(got):

@@ -50,6 +50,29 @@ def test_fast_path_gives_the_python_decoders_rows(spark):
     assert 0.15 * outcome.cases < outcome.fast_landed < 0.85 * outcome.cases
 
 
+@pytest.mark.parametrize("damage", ["one value", "one type"])
+def test_the_differential_fails_on_a_fast_path_that_differs(spark, monkeypatch, damage):
+    """The instrument above can fail: the fast path's rows (and only those) with their seq
+    numbers off by one, or as doubles, are differences."""
+    from pyspark.sql import functions as F
+
+    from mqbatch.spark import pipeline
+
+    real = pipeline._fast_rows
+
+    def damaged(*args):
+        rows = real(*args)
+        if damage == "one value":
+            return rows.withColumn("seq", F.col("seq") + 1)
+        return rows.withColumn("seq", F.col("seq").cast("double"))
+
+    monkeypatch.setattr(pipeline, "_fast_rows", damaged)
+    outcome = _load_diff().run(spark, cases=60, seed=7, groups=1, vectors=False)
+    assert outcome.fast_landed > 0 and outcome.differences, outcome
+    kinds = {text.split(":")[0].split(" ")[0] for _, _, text in outcome.differences}
+    assert kinds == ({"row"} if damage == "one value" else {"schemas"}), outcome.differences
+
+
 RECEIVED_MS = T0_MS + 10_000
 
 

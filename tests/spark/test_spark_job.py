@@ -612,3 +612,12 @@ def test_the_reports_aggregates_run_together_in_order_in_the_callers_job_group(s
             pipeline._collect_together(spark.range(2).collect, lambda: 1 // 0)
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_the_session_jvm_runs_with_the_test_jvm_options(spark):
+    """tests/conftest.py sets SPARK_SUBMIT_OPTS (C1 only) for every JVM the tests start: the
+    suite's CPU depends on spark-submit passing it on to the shared session's JVM."""
+    wanted = os.environ["SPARK_SUBMIT_OPTS"].split()
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    args = list(runtime.getInputArguments())
+    assert wanted and all(opt in args for opt in wanted), (wanted, args)

@@ -15,19 +15,10 @@ from test_spark_job import STEPS, expected_report, scenario_files
 from test_spark_outputs import not_private, not_utc_micros
 
 from mqbatch_testing import VENV_BIN
-from mqbatch_testing.spark import write_landing
+from mqbatch_testing.spark import path_without_javac, write_landing
 
 pytestmark = pytest.mark.spark
 SMALL = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
-
-
-def path_without_javac(directory: pathlib.Path) -> str:
-    """A PATH of /usr/bin's tools (links) without javac (and without the venv)."""
-    directory.mkdir()
-    for tool in pathlib.Path("/usr/bin").iterdir():
-        if not tool.name.startswith("javac"):
-            (directory / tool.name).symlink_to(tool)
-    return str(directory)
 
 
 def failing_javac(directory: pathlib.Path) -> str:

@@ -64,6 +64,8 @@ def machine() -> dict:
         "memory_gb": round(mem_gb, 1),
         "os": f"{platform.system()} {platform.release()}",
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        # extra options of every JVM spark-submit starts (the test suite sets C1-only JIT)
+        "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS") or None,
     }
 
 
