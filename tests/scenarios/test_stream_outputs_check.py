@@ -87,7 +87,9 @@ def test_phase_names_what_the_job_was_doing_when_killed(tmp_path):
     job = StreamJob(tmp_path / "landing", tmp_path / "out", tmp_path / "spark.log")
     log = tmp_path / "spark.log"
     said = ["", "telemetry_job: streaming L -> O (every 5 s)\n", "batch 3: started, 2 new landing files\n"]
-    said += ["batch 3: 2 files (0 quarantined), 40 landed rows, 800 new records, 0 quarantined rows, 9.1 s\n"]
+    said += [
+        "batch 3: 2 files (0 quarantined), 40 landed rows, 800 new records, 0 quarantined rows, in records/ after 7.0 s, report.json after 9.1 s\n"
+    ]
     phases = []
     for line in said:
         with open(log, "a") as f:

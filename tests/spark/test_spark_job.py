@@ -394,12 +394,24 @@ def test_batch_drops_later_copies_without_the_broadcast_hint_too(
 
 
 @pytest.mark.slow
-def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default):
+def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default, monkeypatch):
+    """Also time to table (issue 24): a micro-batch's rows are in records/ before its report
+    is computed (the report reads the stream's whole history: its cost grows run after run)."""
+    from mqbatch.spark import stream
+
     landing_dir, out = tmp_path / "landing", tmp_path / "out"
     landing_dir.mkdir()
     opts = job.JobOptions(reorder_window=3)
     shutil.copy(scenario / "landing-r1-00000000.parquet", landing_dir)
+    report_of, in_records = stream._report_of, []
+
+    def noting_records(*args):  # which batches' files records/ holds when a report starts
+        in_records.append(sorted({p.name.split("-")[0] for p in (out / "records").rglob("*.parquet")}))
+        return report_of(*args)
+
+    monkeypatch.setattr(stream, "_report_of", noting_records)
     job.run_stream(spark, str(landing_dir), str(out), opts)
+    assert in_records[0] == [stream._tag(0)], in_records  # batch 0's own report: its rows already there
     keys = [(r["device"], r["boot"], r["seq"]) for r in _read(spark, out / "records", "device", "boot", "seq")]
     assert keys == [("dev-a", 1, s) for s in (0, 1, 2, 3, 4, 5, 8, 9)]  # the redelivered copy dropped
 

@@ -9,10 +9,11 @@ file source and its checkpoint decide which, by name). For batch id N the job
  3. decodes the readable files once, drops records already in records/ (same device,
     boot, seq, received within --watermark before this batch's first arrival), writes
     records/, quarantine/ and _decoded/ (without payloads) to `_staging/bN/`;
- 4. computes report.json of the state after this batch (from _decoded/, the staged
-    _decoded/ and the commits) into `.report.json.bN`;
- 5. moves the staged files into place, named `bN-...`, writes `_batches/N.json` (the
-    commit, with the quarantined files), and renames the waiting report to report.json.
+ 4. moves the staged files into place, named `bN-...`: the rows are readable in records/
+    from here on (time to table does not wait for the report);
+ 5. computes report.json of the state after this batch (from _decoded/ and the commits)
+    into `.report.json.bN`, writes `_batches/N.json` (the commit, with the quarantined
+    files), and renames the waiting report to report.json.
 
 So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run; a stop
 between a commit and its rename leaves report.json to settle_report (without Spark: on the
@@ -202,19 +203,22 @@ def process_batch(
     finally:
         decoded.unpersist()
     n_records = spark.read.parquet(str(staging / "records")).count() if _has_parquet(staging / "records") else 0
+    make_private(staging)  # before the files move into place
+    # the rows are readable in records/ now, before the report (whose cost grows with the
+    # stream's history): a restart before the commit deletes them (step 2) and writes the same
+    _move_staged(staging, out_p, tag)
+    readable = time.monotonic() - started
     # the report of the state after the commit, written before it: commit and report.json move
     # together (settle_report promotes it if a stop comes in between, here or at the restart)
     bad_now = [b.as_dict() for b in bad]
     report = _report_of(
         spark,
-        [out_p / "_decoded", staging / "_decoded"],
+        [out_p / "_decoded"],
         [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now,
         opts,
         landing,
     )
     waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
-    make_private(staging)  # before the files move into place
-    _move_staged(staging, out_p, tag)
     private_dir(commit.parent)
     write_private(commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1))
     _promote(waiting, out_p)
@@ -226,7 +230,7 @@ def process_batch(
     say(
         f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
         f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
-        f"{time.monotonic() - started:.1f} s",
+        f"in records/ after {readable:.1f} s, report.json after {time.monotonic() - started:.1f} s",
         flush=True,
     )
 
