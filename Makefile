@@ -16,7 +16,7 @@ test: setup
 
 # The long scenarios left out of `make test` (docs/testing.md), with the full-size differential.
 test-long: setup
-	MQBATCH_REQUIRE_WASM32=1 MQBATCH_JVM_DIFF_CASES=20000 MQBATCH_VDECODE_CASES=100000 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "long or slow" $(PYTEST_ARGS)
+	MQBATCH_REQUIRE_WASM32=1 MQBATCH_JVM_DIFF_CASES=20000 MQBATCH_VDECODE_CASES=100000 MQBATCH_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "long or slow" $(PYTEST_ARGS)
 
 # The fast tier (docs/testing.md): the most important check of each area; budget 3 min on 2 cores.
 test-fast: setup

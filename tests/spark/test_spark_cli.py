@@ -28,8 +28,12 @@ SMALL = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", "
 
 
 def clean_env() -> dict:
-    """What a fresh login shell has: no venv, no Spark or Python variables."""
-    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+    """What a fresh login shell has: no venv, no Spark or Python variables; only the suite's
+    JIT option for the JVM it starts (SPARK_SUBMIT_OPTS, tests/conftest.py: nothing the job
+    finds Spark, Python or mqbatch by; without it this one run took 61 s of CPU, idle)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+    env["SPARK_SUBMIT_OPTS"] = os.environ["SPARK_SUBMIT_OPTS"]
+    return env
 
 
 @pytest.fixture(scope="module")

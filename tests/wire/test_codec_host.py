@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -131,6 +132,12 @@ batch_sizes = st.one_of(st.integers(1, 200).map(str), st.sampled_from(["10000000
 limits = st.one_of(st.integers(1, 200), st.sampled_from([10**12, 10**13, 2**70]))
 
 
+# examples per fuzz test: 600 in `make test` (1,500 took 15 s of CPU for the two), 5,000 in
+# `make test-long` (MQBATCH_FUZZ_EXAMPLES=5000; they are `slow` so that it runs them)
+FUZZ_EXAMPLES = int(os.environ.get("MQBATCH_FUZZ_EXAMPLES", "600"))
+
+
+@pytest.mark.slow
 @given(
     st.lists(property_shapes, max_size=6),
     st.lists(batch_sizes, max_size=2),
@@ -140,7 +147,7 @@ limits = st.one_of(st.integers(1, 200), st.sampled_from([10**12, 10**13, 2**70])
     st.booleans(),
     st.booleans(),
 )
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
 def test_hostile_input_never_raises(props, sizes, payload, max_batch, max_bytes, allow_empty, partial):
     props = [("batch-format", "v1")] * bool(sizes) + [("batch-size", s) for s in sizes] + props
     opts = codec.DecodeOptions(max_batch, max_bytes, allow_empty, partial)
@@ -393,11 +400,12 @@ json_records = st.builds(
 )
 
 
+@pytest.mark.slow
 @given(
     st.one_of(binary_records(), json_records, st.binary(max_size=80)),
     st.one_of(st.none(), st.integers(T_REC - 86_400_000, T_REC + 86_400_000)),
 )
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None)
 def test_record_parser_fuzz_only_raises_record_error(data, received_ms):
     try:
         rec = records.parse(data, received_ms)
