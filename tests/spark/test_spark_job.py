@@ -437,6 +437,18 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batc
     ]
 
 
+def _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path):
+    """The stream over the scenario's first landing file (batch 0, committed), then its second
+    file in the landing zone: (landing, out, options, the report after batch 0)."""
+    landing_dir, out = tmp_path / "landing", tmp_path / "out"
+    landing_dir.mkdir()
+    opts = job.JobOptions(reorder_window=3)
+    shutil.copy(scenario / "landing-r1-00000000.parquet", landing_dir)
+    first = job.run_stream(spark, str(landing_dir), str(out), opts)
+    shutil.copy(scenario / "landing-r1-00000001.parquet", landing_dir)
+    return landing_dir, out, opts, first
+
+
 @pytest.mark.slow
 def test_a_stop_between_a_commit_and_its_report_leaves_report_json_current(job, spark, scenario, tmp_path, monkeypatch):
     """Issue 22: a stop signal that lands between a micro-batch's commit and the rename of its
@@ -444,12 +456,7 @@ def test_a_stop_between_a_commit_and_its_report_leaves_report_json_current(job, 
     before the batch. settle_report promotes the waiting report on the way out, without Spark."""
     from mqbatch.spark import stream
 
-    landing_dir, out = tmp_path / "landing", tmp_path / "out"
-    landing_dir.mkdir()
-    opts = job.JobOptions(reorder_window=3)
-    shutil.copy(scenario / "landing-r1-00000000.parquet", landing_dir)
-    first = job.run_stream(spark, str(landing_dir), str(out), opts)
-    shutil.copy(scenario / "landing-r1-00000001.parquet", landing_dir)
+    landing_dir, out, opts, first = _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path)
     promote = stream._promote
     calls = []
 
@@ -471,6 +478,41 @@ def test_a_stop_between_a_commit_and_its_report_leaves_report_json_current(job, 
     # equal within one tick of the file system's clock)
     newest_commit = max(c.stat().st_mtime_ns for c in (out / "_batches").glob("*.json"))
     assert (out / "report.json").stat().st_mtime_ns >= newest_commit
+
+
+@pytest.mark.slow
+def test_a_batch_moved_into_place_but_not_committed_is_neither_reported_nor_kept(
+    job, spark, scenario, tmp_path, monkeypatch
+):
+    """A micro-batch's files are in place before its commit (time to table); a job that dies in
+    between (simulated: its report fails) leaves them uncommitted. The restart reports the
+    commits only and removes those files before Spark replays the batch, which writes them
+    again: report.json never counts a batch that has no commit."""
+    from mqbatch.spark import stream
+
+    landing_dir, out, opts, first = _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path)
+    report_of, moved = stream._report_of, lambda: sorted((out / "records").rglob(f"{stream._tag(1)}-*"))
+
+    def dies_after_the_move(*args):
+        if moved():
+            raise RuntimeError("died between the move and the commit")  # py4j: an Exception
+        return report_of(*args)
+
+    monkeypatch.setattr(stream, "_report_of", dies_after_the_move)
+    with pytest.raises(Exception):  # noqa: B017 - the query fails with whatever py4j makes of it
+        job.run_stream(spark, str(landing_dir), str(out), opts)
+    assert moved() and not stream._commit_path(out, 1).exists()
+    monkeypatch.setattr(stream, "_report_of", report_of)
+    process_batch, at_replay = stream.process_batch, []
+
+    def noting(spark_, df, batch_id, *args, **kw):
+        at_replay.append((batch_id, json.loads((out / "report.json").read_text()), moved()))
+        return process_batch(spark_, df, batch_id, *args, **kw)
+
+    monkeypatch.setattr(stream, "process_batch", noting)
+    final = job.run_stream(spark, str(landing_dir), str(out), opts)
+    assert at_replay and at_replay[0] == (1, first, []), at_replay[:1]
+    assert final == expected_report(False) and moved()
 
 
 def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):

@@ -15,7 +15,9 @@ file source and its checkpoint decide which, by name). For batch id N the job
     into `.report.json.bN`, writes `_batches/N.json` (the commit, with the quarantined
     files), and renames the waiting report to report.json.
 
-So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run; a stop
+So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run (the
+restart first deletes the files of a batch moved into place but not committed, then Spark
+replays that batch; report.json only ever counts committed batches); a stop
 between a commit and its rename leaves report.json to settle_report (without Spark: on the
 way out after a stop signal, and at the restart, which also rewrites report.json from the
 committed state before anything else), and one stream at a time holds the checkpoint
@@ -28,6 +30,7 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import shutil
 import time
 import urllib.parse
@@ -95,9 +98,30 @@ def _report_of(
     return report
 
 
+_TAGGED = re.compile(r"b(\d{10})-")  # an output file of micro-batch N: bN-<Spark's name>
+
+
+def drop_uncommitted_outputs(out: pathlib.Path) -> int:
+    """Deletes the output files of micro-batches without a commit: moved into place, then the
+    job died or was stopped before the commit. Spark replays such a batch, which writes them
+    again (step 2 would delete them then; this does it before anything reports). Only while
+    no batch runs: at the start and after the query stopped. Returns how many."""
+    committed = {c["batch_id"] for c in _committed(out)}
+    dropped = 0
+    for name in OUTPUTS:
+        for f in (out / name).rglob("b*-*"):
+            m = _TAGGED.match(f.name)
+            if m and f.is_file() and int(m.group(1)) not in committed:
+                f.unlink()
+                dropped += 1
+    return dropped
+
+
 def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str | None = None) -> dict:
-    """report.json of everything the stream has committed so far, written."""
+    """report.json of everything the stream has committed so far, written (while no batch runs:
+    the outputs of a batch without a commit are dropped first, drop_uncommitted_outputs)."""
     out_p = pathlib.Path(out)
+    drop_uncommitted_outputs(out_p)
     bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
     report = _report_of(spark, [out_p / "_decoded"], bad, opts, landing)
     write_report(report, out_p)
@@ -260,7 +284,9 @@ def run_stream(
         # a batch's commit and its report would leave it stale until new data arrived)
         settle_report(pathlib.Path(out), drop_uncommitted=True)
         if _committed(pathlib.Path(out)):
-            stream_report(spark, out, opts, landing)
+            stream_report(spark, out, opts, landing)  # also drops a moved but uncommitted batch
+        else:
+            drop_uncommitted_outputs(pathlib.Path(out))
             if on_report is not None:
                 on_report(out)
 
