@@ -7,16 +7,16 @@ demo: setup
 # -v: each test's name shows while it runs; --durations: the slowest at the end.
 # MQBATCH_REQUIRE_WASM32: the 32-bit MicroPython (setup installs it) must run, not skip.
 # -n: parallel workers (pytest-xdist; most tests wait on brokers, devices and JVMs; fresh
-# clone, 2 cores: 951 s with 4 workers, docs/testing.md has the runs);
+# clone, 2 cores: 741 s of pytest with 4 workers, docs/testing.md has the runs);
 # PYTEST_WORKERS=0 runs them one by one.
 PYTEST_WORKERS ?= 4
 # `long` tests (minutes each; a shorter test here checks the same property) run in test-long.
 test: setup
 	MQBATCH_REQUIRE_WASM32=1 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "not long" $(PYTEST_ARGS)
 
-# The long scenarios left out of `make test` (docs/testing.md), with the full-size differential.
+# The long scenarios left out of `make test` (docs/testing.md), with the full-size differentials and fuzzing.
 test-long: setup
-	MQBATCH_REQUIRE_WASM32=1 MQBATCH_JVM_DIFF_CASES=20000 MQBATCH_VDECODE_CASES=100000 MQBATCH_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "long or slow" $(PYTEST_ARGS)
+	MQBATCH_REQUIRE_WASM32=1 MQBATCH_JVM_DIFF_CASES=20000 MQBATCH_VDECODE_CASES=100000 MQBATCH_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -v --durations=15 -m "long or slow or scaled" $(PYTEST_ARGS)
 
 # The fast tier (docs/testing.md): the most important check of each area; budget 3 min on 2 cores.
 test-fast: setup

@@ -67,7 +67,10 @@ def build_jvm_jar(directory: pathlib.Path) -> pathlib.Path | None:
         )
     else:
         target = directory / jvm.jar_name(jvm.SOURCE.read_bytes(), classpath)
-        failed = jvm.compile_jar(target, classpath, javac)
+        try:
+            failed = jvm.compile_jar(target, classpath, javac)
+        except OSError as e:  # javac not executable, the build directory not writable, ...
+            failed = f"javac could not run or its jar could not be written: {e}"
     if not failed:
         return target
     if os.environ.get("MQBATCH_WHEEL_JVM") == "require":

@@ -88,15 +88,13 @@ def compare_group(spark, rows: list[dict], opts, tmp: pathlib.Path, outcome: Out
         want, got = _both(python, fast)
         if not compact:
             outcome.rows += want.num_rows
-        if want.schema == got.schema and want.equals(got):
+        if want.equals(got):  # one table's halves: same schema
             continue
         a, b = want.to_pylist(), got.to_pylist()
-        if a != b or want.schema != got.schema:
+        if a != b:
             first = next(
                 (f"row {k}: python {x!r:.600}\n  jvm {y!r:.600}" for k, (x, y) in enumerate(zip(a, b)) if x != y),
-                f"{len(a)} rows from python, {len(b)} from the fast path"
-                if len(a) != len(b)
-                else f"schemas differ:\n{want.schema}\n--\n{got.schema}",
+                f"{len(a)} rows from python, {len(b)} from the fast path",
             )
             outcome.differences.append((opts, compact, first))
 

@@ -208,7 +208,7 @@ def test_pipeline_falls_back_to_the_reference_when_the_vectorised_decoder_fails(
     )
 
 
-@pytest.mark.slow  # at its full size (200 option sets, ~20,000 rows) in `make test-long`
+@pytest.mark.scaled  # at its full size (200 option sets, ~20,000 rows) in `make test-long`
 def test_compact_rows_are_the_full_rows_without_what_records_do_not_need():
     """decode_arrow(compact=True), the batch job's rows, equals decoder.compact of the
     reference's rows: the columns NOT_FOR_RECORDS null on valid record rows only, every

@@ -133,11 +133,11 @@ limits = st.one_of(st.integers(1, 200), st.sampled_from([10**12, 10**13, 2**70])
 
 
 # examples per fuzz test: 600 in `make test` (1,500 took 15 s of CPU for the two), 5,000 in
-# `make test-long` (MQBATCH_FUZZ_EXAMPLES=5000; they are `slow` so that it runs them)
+# `make test-long` (MQBATCH_FUZZ_EXAMPLES=5000)
 FUZZ_EXAMPLES = int(os.environ.get("MQBATCH_FUZZ_EXAMPLES", "600"))
 
 
-@pytest.mark.slow
+@pytest.mark.scaled
 @given(
     st.lists(property_shapes, max_size=6),
     st.lists(batch_sizes, max_size=2),
@@ -400,7 +400,7 @@ json_records = st.builds(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.scaled
 @given(
     st.one_of(binary_records(), json_records, st.binary(max_size=80)),
     st.one_of(st.none(), st.integers(T_REC - 86_400_000, T_REC + 86_400_000)),

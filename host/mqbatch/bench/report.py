@@ -43,7 +43,11 @@ def _provenance(r: dict) -> str:
         f"*Machine:* {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}; load average "
         f"{'/'.join(map(str, m['load_average']))} at the end (1/5/15 min; the machine is shared with other "
         f"work, so rates swing between repetitions)"
-        + (f"; JVM options `SPARK_SUBMIT_OPTS={m['spark_submit_opts']}`" if m.get("spark_submit_opts") else "")
+        + (
+            f"; JVM options `SPARK_SUBMIT_OPTS={m['spark_submit_opts']}`"
+            if m.get("spark_submit_opts") and r.get("target") == "spark"
+            else ""
+        )
         + f".  \n*Versions:* {vers}."
     )
 
