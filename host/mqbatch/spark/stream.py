@@ -285,10 +285,10 @@ def run_stream(
         settle_report(pathlib.Path(out), drop_uncommitted=True)
         if _committed(pathlib.Path(out)):
             stream_report(spark, out, opts, landing)  # also drops a moved but uncommitted batch
-        else:
-            drop_uncommitted_outputs(pathlib.Path(out))
             if on_report is not None:
                 on_report(out)
+        else:
+            drop_uncommitted_outputs(pathlib.Path(out))
 
         def batch(df: DataFrame, batch_id: int) -> None:
             process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report)
