@@ -55,24 +55,18 @@ def build_jvm_jar(directory: pathlib.Path) -> pathlib.Path | None:
     for old in directory.glob("mqbatch-jvm-*.jar"):
         old.unlink()
     try:
-        classpath = jvm.compile_classpath(jvm.spark_jars_dir())
-    except ImportError:
-        classpath = []
-    javac = jvm._javac()
-    failed = None
-    if javac is None or len(classpath) != len(jvm._COMPILE_JARS):
-        failed = (
-            "needs a JDK 17's javac (e.g. apt install openjdk-17-jdk-headless) and pyspark in the build "
-            "environment (make wheel, or pip wheel --no-build-isolation from the project venv)"
-        )
-    else:
-        target = directory / jvm.jar_name(jvm.SOURCE.read_bytes(), classpath)
-        try:
-            failed = jvm.compile_jar(target, classpath, javac)
-        except OSError as e:  # javac not executable, the build directory not writable, ...
-            failed = f"javac could not run or its jar could not be written: {e}"
+        jars = jvm.spark_jars_dir()
+        classpath = jvm.compile_classpath(jars)
+    except ImportError:  # an isolated build: no pyspark
+        jars, classpath = "the build environment (no pyspark)", []
+    target = directory / jvm.jar_name(jvm.SOURCE.read_bytes(), classpath)
+    failed = jvm.build_jar(target, classpath, jars)
     if not failed:
         return target
+    failed += (
+        " (it needs a JDK 17's javac, e.g. apt install openjdk-17-jdk-headless, and pyspark in the build "
+        "environment: make wheel, or pip wheel --no-build-isolation from the project venv)"
+    )
     if os.environ.get("MQBATCH_WHEEL_JVM") == "require":
         raise SystemExit(f"mqbatch wheel: the Spark job's JVM fast path was not built: {failed}")
     print(f"mqbatch wheel: built without the Spark job's JVM fast path jar: {failed}", file=sys.stderr)

@@ -151,24 +151,36 @@ def jar() -> pathlib.Path | None:
     target = cache_dir() / name
     if target.is_file():
         return target
-    javac = _javac()
-    if javac is None:
+    failed = build_jar(target, classpath, jars)
+    if failed == NO_JAVAC:
         _note(
-            "no javac (a JDK) found: the JVM fast path is off, every landed row is decoded in Python "
+            f"{NO_JAVAC}: the JVM fast path is off, every landed row is decoded in Python "
             "(install a JDK 17, e.g. apt install openjdk-17-jdk-headless)"
         )
-        return None
-    if len(classpath) != len(_COMPILE_JARS):
-        _note(f"Spark's jars not found in {jars}: the JVM fast path is off, every landed row is decoded in Python")
-        return None
-    try:
-        failed = compile_jar(target, classpath, javac)
-    except OSError as e:  # javac not executable, cache not writable, ...
-        failed = f"javac could not run or its jar could not be written: {e}"
-    if failed:
+    elif failed and failed.startswith(NO_JARS):
+        _note(f"{failed}: the JVM fast path is off, every landed row is decoded in Python")
+    elif failed:
         _note(f"{failed}; the JVM fast path is off, every landed row is decoded in Python")
-        return None
-    return target
+    return None if failed else target
+
+
+NO_JAVAC, NO_JARS = "no javac (a JDK) found", "Spark's jars not found in"  # build_jar's reasons
+
+
+def build_jar(target: pathlib.Path, classpath: list[pathlib.Path], jars: pathlib.Path | str) -> str | None:
+    """Compiles the fast path into the jar `target` against `classpath` (compile_classpath of
+    Spark's `jars`) with the JDK's javac: None when done, else why not in one phrase
+    (NO_JAVAC, NO_JARS + where, or javac's complaint). Used by jar() and by setup.py
+    (the wheel's shipped jar)."""
+    javac = _javac()
+    if javac is None:
+        return NO_JAVAC
+    if len(classpath) != len(_COMPILE_JARS):
+        return f"{NO_JARS} {jars}"
+    try:
+        return compile_jar(target, classpath, javac)
+    except OSError as e:  # javac not executable, the directory not writable, ...
+        return f"javac could not run or its jar could not be written: {e}"
 
 
 def with_jar(jars: str | None) -> str | None:
