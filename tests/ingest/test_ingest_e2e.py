@@ -178,3 +178,72 @@ def test_recorder_killed_before_the_device_got_its_acks_acks_again_on_restart(se
         assert sum(landed_keys(tmp_path / "landing").values()) == 100
     finally:
         rec.close()
+
+
+class HandedToPaho:
+    """Watches a paho client from outside: PUBLISHes handed to it (publish()) that its
+    on_publish has not yet reported acknowledged; the most at any time."""
+
+    def __init__(self, client):
+        import threading
+
+        self.now = self.most = self.calls = 0
+        self._lock = threading.Lock()
+        publish, on_publish = client.publish, client.on_publish
+
+        def counted_publish(*a, **kw):
+            with self._lock:
+                self.calls += 1
+                self.now += 1
+                self.most = max(self.most, self.now)
+            return publish(*a, **kw)
+
+        def counted_on_publish(*a):
+            with self._lock:
+                self.now -= 1
+            if on_publish is not None:
+                on_publish(*a)
+
+        client.publish, client.on_publish = counted_publish, counted_on_publish
+
+
+def test_acks_respect_the_brokers_receive_maximum_and_merge_while_waiting(secure_stack, stack_recorder, tmp_path):
+    """The broker grants the recorder a Receive Maximum of 2 (max_inflight_messages 2):
+    the recorder may have at most 2 ack PUBLISHes unacknowledged at any time (MQTT 5
+    3.3.4), and the acks that wait meanwhile are merged per device, not queued one per
+    batch. 12 devices publish 10 batches each at once; every record must be acked, the
+    recorder never disconnected for exceeding its quota, and fewer ack PUBLISHes than
+    batches sent (waiting acks of one device merged)."""
+    import threading
+
+    devs = [f"dev-{i:03d}" for i in range(12)]
+    stack = secure_stack(devs, broker_options={"max_inflight_messages": 2})
+    rec = stack_recorder(stack, tmp_path / "landing")
+    held = HandedToPaho(rec.recorder.client)
+    ds = [device(stack, d) for d in devs]
+    sent = [(1, f, f + 4) for f in range(0, 50, 5)]
+    codes: list[str] = []
+
+    def publish_all(d):
+        codes.extend(d.publish_batch(*b) for b in sent)
+
+    threads = [threading.Thread(target=publish_all, args=(d,)) for d in ds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == ["0x00 Success"] * len(devs) * len(sent)
+    want = keys(1, 0, 49)
+    for d in ds:
+        assert d.wait_acked(want, 20), f"{d.device_id}: missing acks {sorted(want - d.acked)[:10]}"
+    rec.stop()
+    logs = stack.broker.logs()
+    out = rec.out.getvalue()
+    assert out.count("connected to ") == 1, out  # never disconnected meanwhile
+    refused = [ln for ln in logs.splitlines() if f"Sending PUBACK to {RECORDER_CLIENT_ID}" in ln and "rc0)" not in ln]
+    assert not refused, f"the broker refused {len(refused)} ack PUBLISHes: {refused[:3]}"
+    assert held.calls == rec.recorder.e2e_sent and held.now == 0, (held.calls, held.now)
+    assert held.most <= 2, f"{held.most} ack PUBLISHes handed to paho at once, over the Receive Maximum 2"
+    n_acks = sum(len(d.ack_messages) for d in ds)
+    print(f"receive maximum 2: {len(devs) * len(sent)} batches acknowledged in {n_acks} ack PUBLISHes")
+    assert n_acks < len(devs) * len(sent)

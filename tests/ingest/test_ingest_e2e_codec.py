@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mqbatch.ingest import e2eack
-from mqbatch.ingest.e2eack import AckBatcher, AckError, decode, encode, merge, parse_batch_seq
+from mqbatch.ingest.e2eack import SEND_RANGES, AckBatcher, AckError, decode, encode, merge, parse_batch_seq
 
 
 def test_ack_payload_is_byte_exact():
@@ -131,3 +131,44 @@ def test_batcher_acks_valid_batches_per_device_and_counts_the_rest():
         ("mqbatch/dev-002/ack", bytes.fromhex("01010000001e00000027000000")),
     ]
     assert not b and b.drain() == []
+
+
+def test_batcher_hands_out_at_most_n_merging_what_waits_and_stays_bounded(monkeypatch):
+    seq = lambda f, l, boot=1: [("batch-seq", f"{boot}:{f}-{l}")]
+    b = AckBatcher()
+    for dev in ("dev-a", "dev-b", "dev-c"):
+        for f in range(0, 50, 10):
+            assert b.add(f"mqbatch/{dev}/telemetry", seq(f, f + 9))
+    assert b.waiting == 3
+    first = b.take(2)  # the window has room for 2: the devices that waited longest, merged
+    assert [(t, decode(p)) for t, p in first] == [
+        ("mqbatch/dev-a/ack", [(1, 0, 49)]),
+        ("mqbatch/dev-b/ack", [(1, 0, 49)]),
+    ]
+    assert b.add("mqbatch/dev-a/telemetry", seq(50, 59))  # arrives while dev-c still waits
+    assert b.add("mqbatch/dev-c/telemetry", seq(50, 59))
+    assert [(t, decode(p)) for t, p in b.take(5)] == [
+        ("mqbatch/dev-c/ack", [(1, 0, 59)]),  # its waiting ranges merged with the new one
+        ("mqbatch/dev-a/ack", [(1, 50, 59)]),
+    ]
+    assert not b and b.take(5) == [] and b.take(0) == []
+    # a device with more separate ranges than one payload holds: split over hand-outs
+    for f in range(0, 40 * 3, 3):  # 40 ranges with gaps
+        b.add("mqbatch/dev-a/telemetry", seq(f, f + 1))
+    one = b.take(1)
+    assert len(one) == 1 and len(decode(one[0][1])) == SEND_RANGES and b.waiting == 1
+    assert [len(decode(p)) for _, p in b.drain()] == [40 - SEND_RANGES]
+    # bounded: per device (the oldest ranges dropped, counted) and in devices
+    monkeypatch.setattr(AckBatcher, "MAX_PENDING_RANGES", 4)
+    monkeypatch.setattr(AckBatcher, "MAX_PENDING_DEVICES", 2)
+    b = AckBatcher()
+    for f in range(0, 9 * 3, 3):  # 9 separate ranges: over 2 x 4, merged, 5 oldest dropped
+        assert b.add("mqbatch/dev-a/telemetry", seq(f, f + 1))
+    assert b.dropped == 5 and b.acked == 9
+    assert b.add("mqbatch/dev-b/telemetry", seq(0, 0))
+    assert b.add("mqbatch/dev-c/telemetry", seq(0, 0))  # a third device: dropped, counted
+    assert b.dropped == 6 and b.waiting == 2
+    assert [(t, decode(p)) for t, p in b.drain()] == [
+        ("mqbatch/dev-a/ack", [(1, 15, 16), (1, 18, 19), (1, 21, 22), (1, 24, 25)]),
+        ("mqbatch/dev-b/ack", [(1, 0, 0)]),
+    ]

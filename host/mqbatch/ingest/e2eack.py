@@ -9,8 +9,9 @@ little-endian, 1 <= N <= 64) saying which records are durable.
     acks = AckBatcher()
     for msg in committed_group:               # mqbatch.ingest.landing.Landed
         acks.add(msg.topic, msg.user_properties)
-    for topic, payload in acks.drain():       # ranges merged per device and boot
+    for topic, payload in acks.take(free):    # ranges merged per device and boot;
         client.publish(topic, payload, qos=1, properties=...)   # Message Expiry 3600
+                                              # free: Receive Maximum - acks in flight
 
 The recorder trusts ``batch-seq`` only to address the ack: the ack goes to the
 device named by the PUBLISH's own topic (bound to its account by the broker ACL).
@@ -108,14 +109,25 @@ class AckBatcher:
     merged per device and boot. Counters: acked (batches with a valid batch-seq),
     invalid (a batch-seq that is not B:F-L, more than one, or on a topic that is not
     mqbatch/<valid device id>/telemetry: landed, not acknowledged), without (no
-    batch-seq at all: a device with e2e acks off, another publisher)."""
+    batch-seq at all: a device with e2e acks off, another publisher), dropped (ranges
+    given up to stay within the bounds below: never acknowledged, so their device
+    publishes them again).
+
+    It is also what waits while the broker's Receive Maximum is used up (the recorder
+    hands out only `take(n)` at a time): a device's ranges are merged at every hand-out,
+    so the waiting costs one entry per device, not one per batch. Bounded: at most
+    MAX_PENDING_RANGES ranges per device after merging (the oldest beyond it dropped)
+    and MAX_PENDING_DEVICES devices (a new device's ranges beyond it dropped)."""
+
+    MAX_PENDING_RANGES = 4 * SEND_RANGES  # per device, merged: 128 x 24 B
+    MAX_PENDING_DEVICES = 100_000  # devices with acks waiting (the broker's ACL bounds them to its accounts)
 
     def __init__(self):
         self._ranges: dict[str, list[Range]] = {}
-        self.acked = self.invalid = self.without = 0
+        self.acked = self.invalid = self.without = self.dropped = 0
 
     def add(self, topic: str, user_properties) -> bool:
-        """Note one landed PUBLISH; True if it will be acknowledged."""
+        """Note one landed PUBLISH; True if it will be acknowledged (unless dropped to stay bounded)."""
         values = [v for k, v in user_properties if k == PROPERTY]
         if not values:
             self.without += 1
@@ -128,15 +140,44 @@ class AckBatcher:
         if rng is None or device is None:
             self.invalid += 1
             return False
-        self._ranges.setdefault(device, []).append(rng)
         self.acked += 1
+        pending = self._ranges.get(device)
+        if pending is None:
+            if len(self._ranges) >= self.MAX_PENDING_DEVICES:
+                self.dropped += 1
+                return True
+            pending = self._ranges[device] = []
+        pending.append(rng)
+        if len(pending) > 2 * self.MAX_PENDING_RANGES:  # merge while waiting; keep the newest
+            merged = merge(pending)
+            self.dropped += max(0, len(merged) - self.MAX_PENDING_RANGES)
+            self._ranges[device] = merged[-self.MAX_PENDING_RANGES :]
         return True
 
     def __bool__(self) -> bool:
         return bool(self._ranges)
 
+    @property
+    def waiting(self) -> int:
+        """Devices with ranges not handed out yet."""
+        return len(self._ranges)
+
+    def take(self, n: int) -> list[tuple[str, bytes]]:
+        """At most n (ack topic, payload), ranges merged, devices in the order they
+        started waiting; the rest keeps waiting."""
+        out: list[tuple[str, bytes]] = []
+        while len(out) < n and self._ranges:
+            device = next(iter(self._ranges))
+            ranges = merge(self._ranges.pop(device))
+            k = min(len(ranges), (n - len(out)) * SEND_RANGES)
+            out += [(ack_topic(device), p) for p in encode(ranges[:k])]
+            if k < len(ranges):
+                self._ranges[device] = ranges[k:]
+        return out
+
     def drain(self) -> list[tuple[str, bytes]]:
-        """(ack topic, payload) for everything added since the last drain, ranges merged."""
-        out = [(ack_topic(dev), p) for dev, ranges in self._ranges.items() for p in encode(merge(ranges))]
-        self._ranges = {}
+        """(ack topic, payload) for everything added since the last hand-out, ranges merged."""
+        out: list[tuple[str, bytes]] = []
+        while self._ranges:
+            out += self.take(len(self._ranges))
         return out

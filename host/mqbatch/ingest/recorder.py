@@ -55,6 +55,11 @@ from mqbatch.util import paho_compat
 CONFIG_REFUSALS = frozenset({0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C})
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 DISK_RETRY_FIRST_S, DISK_RETRY_MAX_S = 1.0, 30.0  # back-off while the landing disk fails
+# e2e ack PUBLISHes handed to paho and not yet PUBACKed by the broker, at most (and at most the
+# broker's Receive Maximum, Mosquitto's max_inflight_messages: 20 by default); the acks that
+# wait are merged per device (mqbatch.ingest.e2eack.AckBatcher), so a slow broker gets fewer,
+# fuller acks instead of an unbounded queue in paho
+E2E_IN_FLIGHT = 100
 
 
 class _Stopping(Exception):
@@ -163,7 +168,9 @@ class _Item:
 class Recorder:
     """Run with run(stop_event); stats in .received, .landed, .acked (PUBACKs), .files_rolled,
     .e2e (mqbatch.ingest.e2eack.AckBatcher: .acked, .invalid, .without batches; None with e2e acks
-    off) and .e2e_sent (ack PUBLISHes handed to paho)."""
+    off), .e2e_sent (ack PUBLISHes handed to paho), .e2e_refused (of those, refused by the
+    broker in its PUBACK) and .e2e_in_flight (handed to paho, not yet acknowledged by the broker:
+    never more than the broker's Receive Maximum and E2E_IN_FLIGHT)."""
 
     def __init__(self, cfg: RecorderConfig, out: TextIO = sys.stderr):
         self.cfg = cfg
@@ -189,9 +196,12 @@ class Recorder:
             else None
         )
         self._over_quota: set[str] = set()
-        self.e2e_sent = 0
+        self.e2e_sent = self.e2e_refused = 0
         self._warned_seq = False
-        self._e2e_out: collections.deque[tuple[str, bytes]] = collections.deque()  # durable, ack not sent yet
+        self._e2e_mids: set[int] = set()  # ack PUBLISHes handed to paho, not yet PUBACKed by the broker
+        self._e2e_early: set[int] = set()  # PUBACKed before publish() returned their mid
+        self._mid_lock = threading.Lock()  # for the two sets; never held while calling paho
+        self._e2e_window = E2E_IN_FLIGHT  # min(E2E_IN_FLIGHT, the broker's Receive Maximum) once connected
         self._e2e_props = Properties(PacketTypes.PUBLISH)
         self._e2e_props.MessageExpiryInterval = e2eack.MESSAGE_EXPIRY_S
         self.client = self._make_client()
@@ -203,11 +213,10 @@ class Recorder:
             cfg.chunk_bytes,
             on_replay=self._note_e2e if self.e2e is not None else None,
         )
-        if self.e2e is not None and self.e2e:
-            self._e2e_out.extend(self.e2e.drain())  # sent once connected (_send_acks)
+        if self.e2e is not None and self.e2e:  # sent once connected (_send_acks)
             self._say(
                 f"{self.e2e.acked} replayed batches will be acknowledged end to end again "
-                f"({len(self._e2e_out)} ack PUBLISHes)"
+                f"({self.e2e.waiting} devices)"
             )
         if self.writer.recovery_error is not None:
             e = self.writer.recovery_error
@@ -244,6 +253,8 @@ class Recorder:
         c.on_subscribe = self._on_subscribe
         c.on_message = self._on_message
         c.on_disconnect = self._on_disconnect
+        c.on_publish = self._on_publish
+        c.max_inflight_messages_set(E2E_IN_FLIGHT)  # paho's own window, fixed once connected
         return c
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
@@ -256,6 +267,9 @@ class Recorder:
             return
         self._net_state(None)
         self._generation += 1
+        # MQTT 5 3.3.4: at most Receive Maximum QoS 1 PUBLISHes unacknowledged (65,535 if absent);
+        # paho does not apply it itself (_send_acks does). The acks still in flight are sent again by paho.
+        self._e2e_window = min(E2E_IN_FLIGHT, getattr(properties, "ReceiveMaximum", 65535))
         self._say(
             f"connected to {self.cfg.host}:{self.cfg.port} as {self.cfg.client_id} "
             f"(session present: {bool(flags.session_present)}), subscribing {self.cfg.subscription}"
@@ -289,8 +303,31 @@ class Recorder:
                 self._quota_state(device, refused)
         # in the queue either way: PUBACKs go out in arrival order ([MQTT-4.6.0-2])
         self._queue.put(_Item(landed, msg.mid, msg.qos, self._generation, refused))
-        if self._durable or self._e2e_out:
+        if self._durable or self._acks_waiting():
             self._send_acks()  # here, PUBACKs go out in this loop pass (see _commit)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties):
+        """The broker's PUBACK of an e2e ack: room for the next ones (merged while they waited).
+        Runs inside paho's lock on its outgoing messages, so it sends only if no other
+        thread is sending (that one would wait for paho's lock: a deadlock); else the next
+        PUBLISH or the writer's next pass (0.2 s at most) does."""
+        with self._mid_lock:
+            if mid in self._e2e_mids:
+                self._e2e_mids.remove(mid)
+            else:
+                self._e2e_early.add(mid)
+        if reason_code.is_failure:
+            self.e2e_refused += 1
+            if self.e2e_refused == 1:
+                self._say(
+                    f"the broker refused an e2e ack PUBLISH: {reason_code} ({reason_code.value:#04x}); "
+                    f"its device publishes those batches again (counted; reported once)"
+                )
+        if self._acks_waiting():
+            self._send_acks(blocking=False)
+
+    def _acks_waiting(self) -> bool:
+        return self.e2e is not None and bool(self.e2e) and len(self._e2e_mids) < self._e2e_window
 
     def _quota_state(self, device: str, over: bool) -> None:
         """One line when a device goes over its quota, and one when it is back within it."""
@@ -354,8 +391,7 @@ class Recorder:
         self._land(kept)  # durable before any PUBACK goes out
         self.landed += len(kept)
         if self.e2e is not None:
-            self._note_e2e(it.msg for it in kept)
-            self._e2e_out.extend(self.e2e.drain())  # ranges merged per device and boot over the group
+            self._note_e2e(it.msg for it in kept)  # ranges merged per device when handed out
         self._durable.extend(it for it in items if it.qos > 0)
         if self._queue.empty():
             self._send_acks()
@@ -377,9 +413,7 @@ class Recorder:
         while True:
             try:
                 if self.writer.needs_repair:
-                    self.writer.repair()
-                    if self.e2e is not None and self.e2e:  # replayed from the previous run's WAL
-                        self._e2e_out.extend(self.e2e.drain())
+                    self.writer.repair()  # acks of what it replays wait in self.e2e
                 for it in items:
                     self.writer.append(it.msg)
                 self.writer.commit()
@@ -410,7 +444,9 @@ class Recorder:
         """Collect the e2e ack ranges of landed (or replayed) messages; warn about the first bad batch-seq."""
         assert self.e2e is not None  # only called with e2e acks on
         for m in msgs:
-            if not self.e2e.add(m.topic, m.user_properties) and self.e2e.invalid == 1 and not self._warned_seq:
+            with self._ack_lock:  # _send_acks takes from it in the network thread
+                ok = self.e2e.add(m.topic, m.user_properties)
+            if not ok and self.e2e.invalid == 1 and not self._warned_seq:
                 self._warned_seq = True
                 self._say(
                     f"a PUBLISH on {m.topic[:80]!r} has an invalid {e2eack.PROPERTY} property "
@@ -418,20 +454,33 @@ class Recorder:
                     f"not acknowledged end to end (counted; reported once)"
                 )
 
-    def _send_acks(self) -> None:
+    def _send_acks(self, blocking: bool = True) -> None:
         """PUBACK what is durable, in arrival order, then publish its e2e acks; from either
         thread, one at a time. E2e acks wait for a connection but not for the one their
-        batches came on (they are idempotent); paho keeps a QoS 1 ack across a reconnect."""
-        with self._ack_lock:
+        batches came on (they are idempotent); paho keeps a QoS 1 ack across a reconnect.
+        At most the window (the broker's Receive Maximum, E2E_IN_FLIGHT) is handed to paho
+        unacknowledged; the rest waits in self.e2e, merged per device, and goes out as
+        PUBACKs come back (_on_publish)."""
+        if not self._ack_lock.acquire(blocking):
+            return
+        try:
             while self._durable:
                 it = self._durable.popleft()
                 if it.generation == self._generation:
                     if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
                         self.acked += 1
-            while self._e2e_out and self.client.is_connected():
-                topic, payload = self._e2e_out.popleft()
-                self.client.publish(topic, payload, qos=1, properties=self._e2e_props)
+            if self.e2e is None or not self.client.is_connected():
+                return
+            for topic, payload in self.e2e.take(self._e2e_window - len(self._e2e_mids)):
+                mid = self.client.publish(topic, payload, qos=1, properties=self._e2e_props).mid
+                with self._mid_lock:
+                    if mid in self._e2e_early:
+                        self._e2e_early.remove(mid)
+                    else:
+                        self._e2e_mids.add(mid)
                 self.e2e_sent += 1
+        finally:
+            self._ack_lock.release()
 
     def _writer_loop(self, done: threading.Event) -> None:
         try:
@@ -467,7 +516,7 @@ class Recorder:
             if items:
                 self.received += len(items)
                 self._commit(items)
-            elif self._durable or self._e2e_out:
+            elif self._durable or self._acks_waiting():
                 self._send_acks()
             if self.writer.needs_repair:  # a background roll met a disk error: wait it out
                 self._land([])
@@ -629,7 +678,10 @@ class Recorder:
                 + (
                     f"; e2e acks: {e2e.acked} batches in {self.e2e_sent} ack PUBLISHes, {e2e.invalid} with an "
                     f"invalid batch-seq, {e2e.without} without one"
-                    f"{f', {len(self._e2e_out)} acks not sent (no connection)' if self._e2e_out else ''}"
+                    f"{f', {e2e.waiting} devices with acks not sent' if e2e else ''}"
+                    f"{f', {len(self._e2e_mids)} ack PUBLISHes not confirmed' if self._e2e_mids else ''}"
+                    f"{f', {self.e2e_refused} refused by the broker' if self.e2e_refused else ''}"
+                    f"{f', {e2e.dropped} ack ranges dropped (over the pending bound)' if e2e.dropped else ''}"
                     if e2e is not None
                     else "; e2e acks off"
                 )
