@@ -240,6 +240,7 @@ def test_acks_respect_the_brokers_receive_maximum_and_merge_while_waiting(secure
     logs = stack.broker.logs()
     out = rec.out.getvalue()
     assert out.count("connected to ") == 1, out  # never disconnected meanwhile
+    assert "acks not sent" not in out and "not confirmed" not in out and "refused by" not in out, out
     refused = [ln for ln in logs.splitlines() if f"Sending PUBACK to {RECORDER_CLIENT_ID}" in ln and "rc0)" not in ln]
     assert not refused, f"the broker refused {len(refused)} ack PUBLISHes: {refused[:3]}"
     assert held.calls == rec.recorder.e2e_sent and held.now == 0, (held.calls, held.now)

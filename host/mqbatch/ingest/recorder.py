@@ -584,6 +584,17 @@ class Recorder:
                 "be received; stopping. What was landed was acknowledged; the broker redelivers the rest"
             )
 
+    def _finish_acks(self, timeout: float = 5.0) -> None:
+        """On the way out: the e2e acks still waiting for room under the broker's Receive
+        Maximum go out as the broker PUBACKs the ones in flight (for `timeout` at most; what
+        is left is said in the stop line, and its devices publish those batches again)."""
+        deadline = time.monotonic() + timeout
+        while self.e2e is not None and (self.e2e or self._e2e_mids) and time.monotonic() < deadline:
+            if not self.client.is_connected():
+                return
+            self._send_acks()
+            time.sleep(0.01)
+
     def _close_connection(self, timeout: float = 5.0) -> None:
         """Disconnect without losing the last PUBACKs. paho writes DISCONNECT and closes the
         socket at once; the broker keeps sending PUBLISHes until it reads the DISCONNECT, and
@@ -654,6 +665,7 @@ class Recorder:
             self._stopping.set()
             self._queue.put(None)
             writer_done.wait(60)
+            self._finish_acks()
             self._close_connection()
             left = self._queue.qsize()
             try:
