@@ -49,6 +49,35 @@ def test_account_counts_lost_extra_and_duplicate_rows():
     assert window["time_to_table_s"]["n"] == 2  # a@2000 and b@1500
 
 
+@pytest.mark.fast
+def test_load_samples_keeps_one_copy_of_a_workers_samples(tmp_path):
+    """A 5,000-device run's accounting was OOM-killed at 24 GB: load_samples read the whole
+    sample array from the .npz again for every device and kept each copy alive through its
+    slice (memory devices x samples). Now one array per worker file, sliced into views."""
+    import tracemalloc
+
+    from mqbatch.bench.fleet import load_samples
+
+    n_dev, per = 400, 250
+    names = [f"sim-{i}" for i in range(n_dev)]
+    sample_ms = np.arange(n_dev * per, dtype=np.int64)  # 800 kB
+    np.savez(
+        tmp_path / "samples-0.npz",
+        names=np.asarray(names),
+        counts=np.full(n_dev, per, dtype=np.int64),
+        sample_ms=sample_ms,
+    )
+    tracemalloc.start()
+    try:
+        samples = load_samples(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert list(samples) == names and all(len(v) == per for v in samples.values())
+    assert np.array_equal(np.concatenate(list(samples.values())), sample_ms)
+    assert peak < 8 * sample_ms.nbytes, f"peak {peak:,} B to load {sample_ms.nbytes:,} B of samples"
+
+
 @pytest.mark.slow
 @pytest.mark.long  # 150 s in CI: `make test-long`; its loss accounting is tested above without a fleet
 @pytest.mark.broker

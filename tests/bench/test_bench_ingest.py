@@ -14,7 +14,10 @@ def test_bench_ingest_quick_prints_rates_rss_and_ratio(bench_all_quick):
     doc = json.loads((bench_all_quick.out / "ingest.json").read_text())
     assert doc["command"] == bench_all_quick.command("ingest", "--quick") and doc["quick"] is True
     number = r"[\d,.]+"
-    for what in ("counting subscriber", "recorder \\(fsync before PUBACK\\)"):
+    for what in (
+        "counting subscriber",
+        "recorder \\(fsync before PUBACK; timed until every row is in Parquet, the stop and final roll included\\)",
+    ):
         assert re.search(
             rf"^{what}: {number} PUBLISH/s \[{number}-{number}\] = {number} records/s "
             rf"\[{number}-{number}\], peak RSS {number} MB \[{number}-{number}\]",

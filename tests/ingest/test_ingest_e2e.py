@@ -5,6 +5,8 @@ their own accounts publish batches with `batch-seq` and read their ack topic
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mqbatch.ingest import landing
@@ -245,6 +247,41 @@ def test_acks_respect_the_brokers_receive_maximum_and_merge_while_waiting(secure
     assert not refused, f"the broker refused {len(refused)} ack PUBLISHes: {refused[:3]}"
     assert held.calls == rec.recorder.e2e_sent and held.now == 0, (held.calls, held.now)
     assert held.most <= 2, f"{held.most} ack PUBLISHes handed to paho at once, over the Receive Maximum 2"
-    n_acks = sum(len(d.ack_messages) for d in ds)
+    n_acks = sum(len(d.ack_messages) for d in ds)  # merging while waiting: test_ingest_e2e_codec.py
     print(f"receive maximum 2: {len(devs) * len(sent)} batches acknowledged in {n_acks} ack PUBLISHes")
-    assert n_acks < len(devs) * len(sent)
+
+
+def test_a_stop_while_the_broker_answers_nothing_is_bounded_and_says_which_acks_are_left(
+    secure_stack, stack_recorder, tmp_path
+):
+    """paho's loop ends only when every QoS 1 PUBLISH it holds is acknowledged: a recorder
+    stopped while the broker hangs with e2e acks unacknowledged waited for them for ever.
+    Now it gives them up after its grace (counted in the stop line; their devices resend)."""
+    import time
+
+    stack = secure_stack(["dev-001"], broker_options={"max_inflight_messages": 1})
+    rec = stack_recorder(stack, tmp_path / "landing")
+    d = device(stack, "dev-001")
+    frozen = False
+    try:
+        for attempt in range(20):  # freeze the broker while the recorder has an ack unacknowledged
+            assert d.publish_batch(2, 10 * attempt, 10 * attempt + 9) == "0x00 Success"
+            if wait_until(lambda: rec.recorder._e2e_mids, 2, step=0.0005):
+                stack.broker.suspend()
+                frozen = True
+                time.sleep(0.3)
+                if rec.recorder._e2e_mids:
+                    break
+                stack.broker.resume()
+                frozen = False
+        assert frozen, "no ack was ever unacknowledged when the broker froze (20 tries)"
+        t0 = time.monotonic()
+        rec.stop(timeout=40)
+        took = time.monotonic() - t0
+    finally:
+        if frozen:
+            stack.broker.resume()
+    out = rec.out.getvalue()
+    assert took < 20, f"the stop took {took:.1f} s"
+    assert re.search(r"[1-9]\d* ack PUBLISHes not confirmed", out), out
+    print(f"stop with the broker frozen: {took:.1f} s; {out.strip().splitlines()[-1][-160:]}")

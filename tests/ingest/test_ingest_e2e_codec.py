@@ -134,7 +134,7 @@ def test_batcher_acks_valid_batches_per_device_and_counts_the_rest():
 
 
 def test_batcher_hands_out_at_most_n_merging_what_waits_and_stays_bounded(monkeypatch):
-    seq = lambda f, l, boot=1: [("batch-seq", f"{boot}:{f}-{l}")]
+    seq = lambda first, last, boot=1: [("batch-seq", f"{boot}:{first}-{last}")]
     b = AckBatcher()
     for dev in ("dev-a", "dev-b", "dev-c"):
         for f in range(0, 50, 10):
@@ -158,17 +158,25 @@ def test_batcher_hands_out_at_most_n_merging_what_waits_and_stays_bounded(monkey
     one = b.take(1)
     assert len(one) == 1 and len(decode(one[0][1])) == SEND_RANGES and b.waiting == 1
     assert [len(decode(p)) for _, p in b.drain()] == [40 - SEND_RANGES]
-    # bounded: per device (the oldest ranges dropped, counted) and in devices
+    # bounded: per device (merged at MAX + SEND_RANGES, the lowest beyond MAX dropped, counted),
+    # in devices and in ranges in all
     monkeypatch.setattr(AckBatcher, "MAX_PENDING_RANGES", 4)
     monkeypatch.setattr(AckBatcher, "MAX_PENDING_DEVICES", 2)
     b = AckBatcher()
-    for f in range(0, 9 * 3, 3):  # 9 separate ranges: over 2 x 4, merged, 5 oldest dropped
-        assert b.add("mqbatch/dev-a/telemetry", seq(f, f + 1))
-    assert b.dropped == 5 and b.acked == 9
+    n = 4 + SEND_RANGES  # separate ranges: merged when the last arrives, the 32 lowest dropped
+    for i in range(n):
+        assert b.add("mqbatch/dev-a/telemetry", seq(3 * i, 3 * i + 1))
+    assert b.dropped == SEND_RANGES and b.acked == n
     assert b.add("mqbatch/dev-b/telemetry", seq(0, 0))
     assert b.add("mqbatch/dev-c/telemetry", seq(0, 0))  # a third device: dropped, counted
-    assert b.dropped == 6 and b.waiting == 2
-    assert [(t, decode(p)) for t, p in b.drain()] == [
-        ("mqbatch/dev-a/ack", [(1, 15, 16), (1, 18, 19), (1, 21, 22), (1, 24, 25)]),
-        ("mqbatch/dev-b/ack", [(1, 0, 0)]),
-    ]
+    assert b.dropped == SEND_RANGES + 1 and b.waiting == 2
+    top = [(1, 3 * i, 3 * i + 1) for i in range(n - 4, n)]
+    assert [(t, decode(p)) for t, p in b.drain()] == [("mqbatch/dev-a/ack", top), ("mqbatch/dev-b/ack", [(1, 0, 0)])]
+    monkeypatch.setattr(AckBatcher, "MAX_PENDING_DEVICES", 100)
+    monkeypatch.setattr(AckBatcher, "MAX_PENDING_TOTAL", 3)
+    b = AckBatcher()
+    for dev, f in (("a", 0), ("a", 5), ("b", 0), ("c", 0), ("a", 10)):  # 3 wait; the 4th and 5th dropped
+        assert b.add(f"mqbatch/dev-{dev}/telemetry", seq(f, f))
+    assert b.dropped == 2 and b.waiting == 2
+    assert len(b.take(1)) == 1 and b.add("mqbatch/dev-c/telemetry", seq(0, 0))  # room again after a hand-out
+    assert b.dropped == 2 and [t for t, _ in b.drain()] == ["mqbatch/dev-b/ack", "mqbatch/dev-c/ack"]

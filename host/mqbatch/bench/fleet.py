@@ -24,6 +24,7 @@ records/ file and expects lost > 0).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -215,10 +216,11 @@ def _worker(idx: int, devices: list, opts: simfleet.SimOptions, flush_ev, end_ev
 def load_samples(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for path in sorted(run_dir.glob("samples-*.npz")):
-        z = np.load(path)
+        with np.load(path) as z:  # z[key] reads the array from the file again on every access
+            names, counts, sample_ms = z["names"], z["counts"], z["sample_ms"]
         pos = 0
-        for name, n in zip(z["names"], z["counts"]):
-            out[str(name)] = z["sample_ms"][pos : pos + n]
+        for name, n in zip(names, counts):
+            out[str(name)] = sample_ms[pos : pos + n]  # views of one array per file
             pos += n
     return out
 
@@ -323,6 +325,7 @@ def stack_recorder(stack, run_dir: pathlib.Path, extra: tuple[str, ...] = ()):
 
 
 def run_fleet(args: argparse.Namespace, say=print) -> dict:
+    from mqbatch.fleet.brokerconf import LIMITS
     from mqbatch.lab.devices import device_ids
     from mqbatch.lab.stack import LocalStack
 
@@ -331,7 +334,10 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
     run_dir = pathlib.Path(args.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    stack = LocalStack(run_dir / "stack", device_ids(n, prefix="sim"))
+    # the broker's per-listener max_connections (10,000 by default) must hold every device
+    # and the recorder: one more device than it allows is refused at CONNECT
+    limits = dataclasses.replace(LIMITS, max_connections=max(LIMITS.max_connections, n + 16))
+    stack = LocalStack(run_dir / "stack", device_ids(n, prefix="sim"), limits=limits)
     setup_s = time.monotonic() - t0
     stack.broker.start(timeout=120)
     say(f"fleet: {n:,} accounts, certificates and policy in {setup_s:.1f} s; broker {stack.broker.url}")
@@ -340,7 +346,8 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
     rec = None
     try:
         landing = run_dir / "landing"
-        rec = stack_recorder(stack, run_dir, ("--roll-seconds", str(args.roll_seconds))).start()
+        rec_args = ("--roll-seconds", str(args.roll_seconds), "--receive-maximum", str(args.receive_maximum))
+        rec = stack_recorder(stack, run_dir, rec_args).start()
         landing.mkdir(exist_ok=True)
         out = run_dir / "spark-out"
         spark_log_path = run_dir / "spark.log"
@@ -494,6 +501,7 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             "minutes": args.minutes,
             "workers": workers,
             "roll_seconds": args.roll_seconds,
+            "receive_maximum": args.receive_maximum,
             "trigger_seconds": args.trigger_seconds,
             "ack_timeout": args.ack_timeout,
             "ramp_s": args.ramp_s,
@@ -615,7 +623,8 @@ def report_lines(fig: dict) -> list[str]:
     lines = [
         f"devices {fig['devices']:,} x {fig['rate']:g} records/s, batches of {fig['batch']}, {fig['minutes']:g} min "
         f"(+{fig['ramp_s']:g} s ramp), {fig['workers']} worker processes, recorder --roll-seconds "
-        f"{fig['roll_seconds']:g}, spark --stream --trigger-seconds {fig['trigger_seconds']}",
+        f"{fig['roll_seconds']:g} --receive-maximum {fig.get('receive_maximum', 100)}, "
+        f"spark --stream --trigger-seconds {fig['trigger_seconds']}",
         f"  stored {tot['stored']:,} records ({fig['stored_per_s']:,.0f}/s), published {tot['published']:,} "
         f"(+{tot['republished']:,} again after {fig['ack_timeout']:g} s without ack), acked end to end "
         f"{tot['acked']:,}, outbox left {tot['outbox']:,}, dropped on devices {tot['dropped']:,}",
@@ -696,6 +705,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=10, help="records per PUBLISH (default 10)")
     p.add_argument("--workers", type=int, default=2, help="device processes (default 2)")
     p.add_argument("--roll-seconds", type=float, default=60.0, help="recorder --roll-seconds (default 60, its default)")
+    p.add_argument(
+        "--receive-maximum",
+        type=int,
+        default=100,
+        help="recorder --receive-maximum: PUBLISHes in flight to it, so the most one fsync'd group holds "
+        "(default 100, its default)",
+    )
     p.add_argument("--trigger-seconds", type=int, default=10, help="spark --trigger-seconds (default 10, its default)")
     p.add_argument("--ack-timeout", type=float, default=30.0, help="s before an unacked batch is sent again")
     p.add_argument("--ramp-s", type=float, default=None, help="connections spread over this long (default N/250 s)")

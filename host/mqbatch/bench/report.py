@@ -17,7 +17,7 @@ import statistics
 from mqbatch.bench.out import load_results
 
 DEVICE_TARGET_US = 10.0  # issue 15: RecordWriter.sample, 38-byte record, Unix port
-INGEST_TARGET_RATIO = 0.80  # issue 15: recorder >= 80 % of the counting subscriber
+INGEST_TARGET_RATIO = 0.90  # issue 24: recorder >= 90 % of the counting subscriber, final roll included
 STYLE = {
     "mqbatch": ("tab:blue", "o"),
     "JSON array": ("tab:orange", "s"),
@@ -397,8 +397,10 @@ def _ingest_section(r: dict) -> list[str]:
         "| figure | median [min–max] | target |",
         "|---|--:|---|",
         f"| counting subscriber, PUBLISH/s | {_spread(f['counter_rates'])} | |",
-        f"| recorder (fsync before PUBACK), PUBLISH/s | {_spread(f['recorder_rates'])} | |",
-        f"| ratio recorder/counter (same repetition) | {_spread(f['ratios'], '.2f')} | ≥ 0.80: {verdict} |",
+        "| recorder (fsync before PUBACK; until every row is in Parquet, stop and final roll included), "
+        f"PUBLISH/s | {_spread(f['recorder_rates'])} | |",
+        f"| ratio recorder/counter (same repetition) | {_spread(f['ratios'], '.2f')} | "
+        f"≥ {INGEST_TARGET_RATIO:.2f}: {verdict} |",
         f"| CPU s per 1,000 PUBLISHes: counter / recorder | {_spread(f['cpu_per_1000']['counter'], '.2f')} / "
         f"{_spread(f['cpu_per_1000']['recorder'], '.2f')} | |",
         f"| recorder peak RSS, MB | {_spread(rss)} | bounded by the segment size |",

@@ -115,15 +115,21 @@ class AckBatcher:
 
     It is also what waits while the broker's Receive Maximum is used up (the recorder
     hands out only `take(n)` at a time): a device's ranges are merged at every hand-out,
-    so the waiting costs one entry per device, not one per batch. Bounded: at most
-    MAX_PENDING_RANGES ranges per device after merging (the oldest beyond it dropped)
-    and MAX_PENDING_DEVICES devices (a new device's ranges beyond it dropped)."""
+    so the waiting costs one entry per device while a device's batches land in order, not
+    one per batch. Ranges that cannot merge (another recorder of the share group landed the
+    batches in between) are bounded: a device's list is merged once it holds
+    MAX_PENDING_RANGES + SEND_RANGES and cut to its MAX_PENDING_RANGES highest (boot, first)
+    ranges (the lowest dropped); at most MAX_PENDING_DEVICES devices and MAX_PENDING_TOTAL
+    ranges in all wait (beyond them a new range is dropped). A range costs about 160 B of
+    Python objects: MAX_PENDING_TOTAL bounds the whole at about 160 MB."""
 
-    MAX_PENDING_RANGES = 4 * SEND_RANGES  # per device, merged: 128 x 24 B
+    MAX_PENDING_RANGES = 2 * SEND_RANGES  # per device, after merging
     MAX_PENDING_DEVICES = 100_000  # devices with acks waiting (the broker's ACL bounds them to its accounts)
+    MAX_PENDING_TOTAL = 1_000_000  # ranges waiting, all devices
 
     def __init__(self):
         self._ranges: dict[str, list[Range]] = {}
+        self._total = 0  # ranges in self._ranges
         self.acked = self.invalid = self.without = self.dropped = 0
 
     def add(self, topic: str, user_properties) -> bool:
@@ -142,16 +148,19 @@ class AckBatcher:
             return False
         self.acked += 1
         pending = self._ranges.get(device)
+        if self._total >= self.MAX_PENDING_TOTAL or (pending is None and len(self._ranges) >= self.MAX_PENDING_DEVICES):
+            self.dropped += 1
+            return True
         if pending is None:
-            if len(self._ranges) >= self.MAX_PENDING_DEVICES:
-                self.dropped += 1
-                return True
             pending = self._ranges[device] = []
         pending.append(rng)
-        if len(pending) > 2 * self.MAX_PENDING_RANGES:  # merge while waiting; keep the newest
+        self._total += 1
+        if len(pending) >= self.MAX_PENDING_RANGES + SEND_RANGES:  # merge while waiting; keep the highest
             merged = merge(pending)
-            self.dropped += max(0, len(merged) - self.MAX_PENDING_RANGES)
-            self._ranges[device] = merged[-self.MAX_PENDING_RANGES :]
+            kept = merged[-self.MAX_PENDING_RANGES :]
+            self.dropped += len(merged) - len(kept)
+            self._total += len(kept) - len(pending)
+            self._ranges[device] = kept
         return True
 
     def __bool__(self) -> bool:
@@ -168,9 +177,11 @@ class AckBatcher:
         out: list[tuple[str, bytes]] = []
         while len(out) < n and self._ranges:
             device = next(iter(self._ranges))
-            ranges = merge(self._ranges.pop(device))
+            pending = self._ranges.pop(device)
+            ranges = merge(pending)
             k = min(len(ranges), (n - len(out)) * SEND_RANGES)
             out += [(ack_topic(device), p) for p in encode(ranges[:k])]
+            self._total -= len(pending) - (len(ranges) - k)
             if k < len(ranges):
                 self._ranges[device] = ranges[k:]
         return out

@@ -169,8 +169,8 @@ class Recorder:
     """Run with run(stop_event); stats in .received, .landed, .acked (PUBACKs), .files_rolled,
     .e2e (mqbatch.ingest.e2eack.AckBatcher: .acked, .invalid, .without batches; None with e2e acks
     off), .e2e_sent (ack PUBLISHes handed to paho), .e2e_refused (of those, refused by the
-    broker in its PUBACK) and .e2e_in_flight (handed to paho, not yet acknowledged by the broker:
-    never more than the broker's Receive Maximum and E2E_IN_FLIGHT)."""
+    broker in its PUBACK, or that paho could not queue); at most min(E2E_IN_FLIGHT, the broker's
+    Receive Maximum) ack PUBLISHes are unacknowledged at a time."""
 
     def __init__(self, cfg: RecorderConfig, out: TextIO = sys.stderr):
         self.cfg = cfg
@@ -201,6 +201,8 @@ class Recorder:
         self._e2e_mids: set[int] = set()  # ack PUBLISHes handed to paho, not yet PUBACKed by the broker
         self._e2e_early: set[int] = set()  # PUBACKed before publish() returned their mid
         self._mid_lock = threading.Lock()  # for the two sets; never held while calling paho
+        self._acks_closed = False  # on the way out, after _finish_acks: no more e2e acks handed to paho
+        self.e2e_unconfirmed = 0  # ack PUBLISHes still unacknowledged by the broker when the recorder stopped
         self._e2e_window = E2E_IN_FLIGHT  # min(E2E_IN_FLIGHT, the broker's Receive Maximum) once connected
         self._e2e_props = Properties(PacketTypes.PUBLISH)
         self._e2e_props.MessageExpiryInterval = e2eack.MESSAGE_EXPIRY_S
@@ -215,8 +217,7 @@ class Recorder:
         )
         if self.e2e is not None and self.e2e:  # sent once connected (_send_acks)
             self._say(
-                f"{self.e2e.acked} replayed batches will be acknowledged end to end again "
-                f"({self.e2e.waiting} devices)"
+                f"{self.e2e.acked} replayed batches will be acknowledged end to end again ({self.e2e.waiting} devices)"
             )
         if self.writer.recovery_error is not None:
             e = self.writer.recovery_error
@@ -469,10 +470,14 @@ class Recorder:
                 if it.generation == self._generation:
                     if self.client.ack(it.mid, it.qos) == mqtt.MQTT_ERR_SUCCESS:
                         self.acked += 1
-            if self.e2e is None or not self.client.is_connected():
+            if self.e2e is None or self._acks_closed or not self.client.is_connected():
                 return
             for topic, payload in self.e2e.take(self._e2e_window - len(self._e2e_mids)):
-                mid = self.client.publish(topic, payload, qos=1, properties=self._e2e_props).mid
+                info = self.client.publish(topic, payload, qos=1, properties=self._e2e_props)
+                if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):  # NO_CONN: paho keeps it
+                    self.e2e_refused += 1  # not queued by paho: its device publishes those batches again
+                    continue
+                mid = info.mid
                 with self._mid_lock:
                     if mid in self._e2e_early:
                         self._e2e_early.remove(mid)
@@ -591,9 +596,35 @@ class Recorder:
         deadline = time.monotonic() + timeout
         while self.e2e is not None and (self.e2e or self._e2e_mids) and time.monotonic() < deadline:
             if not self.client.is_connected():
-                return
+                break
             self._send_acks()
             time.sleep(0.01)
+        with self._ack_lock:
+            self._acks_closed = True
+
+    def _give_up_unconfirmed_acks(self) -> None:
+        """paho's loop ends only once every QoS 1 PUBLISH it holds is acknowledged: the e2e
+        acks the broker has not PUBACKed by now are given up (counted; idempotent, their
+        devices publish those batches again), so the stop never waits on the broker. paho 2.1
+        has no public call for this: its _out_messages, under its own lock."""
+        client: Any = self.client
+        with client._out_message_mutex:
+            self.e2e_unconfirmed = len(client._out_messages)
+            client._out_messages.clear()
+            client._inflight_messages = 0
+
+    def _stop_network_loop(self) -> None:
+        """loop_stop() without the wait for paho's select() timeout (1 s): wake it first.
+        paho 2.1 wakes its loop through a socket pair only from its own calls."""
+        client: Any = self.client
+        client._thread_terminate = True
+        wake = getattr(client, "_sockpairW", None)
+        if wake is not None:
+            try:
+                wake.send(b"0")
+            except OSError:  # full or closed: the loop wakes by its timeout
+                pass
+        client.loop_stop()
 
     def _close_connection(self, timeout: float = 5.0) -> None:
         """Disconnect without losing the last PUBACKs. paho writes DISCONNECT and closes the
@@ -605,15 +636,16 @@ class Recorder:
         what is queued, stop its loop, send DISCONNECT ourselves and read (and drop: they are
         not acknowledged, the broker redelivers them) until the broker closes the connection."""
         client = self.client
+        self._give_up_unconfirmed_acks()
         if self._network_thread is None or not client.is_connected():
             client.disconnect()
-            client.loop_stop()
+            self._stop_network_loop()
             return
         deadline = time.monotonic() + timeout
         # paho 2.1 keeps unsent packets in Client._out_packet (no public accessor)
         while getattr(client, "_out_packet", None) and time.monotonic() < deadline:
             time.sleep(0.01)
-        client.loop_stop()
+        self._stop_network_loop()
         sock: Any = client.socket()  # the ssl.SSLSocket paho made (typed as its SocketLike protocol)
         if sock is None:
             return
@@ -691,7 +723,7 @@ class Recorder:
                     f"; e2e acks: {e2e.acked} batches in {self.e2e_sent} ack PUBLISHes, {e2e.invalid} with an "
                     f"invalid batch-seq, {e2e.without} without one"
                     f"{f', {e2e.waiting} devices with acks not sent' if e2e else ''}"
-                    f"{f', {len(self._e2e_mids)} ack PUBLISHes not confirmed' if self._e2e_mids else ''}"
+                    f"{f', {self.e2e_unconfirmed} ack PUBLISHes not confirmed' if self.e2e_unconfirmed else ''}"
                     f"{f', {self.e2e_refused} refused by the broker' if self.e2e_refused else ''}"
                     f"{f', {e2e.dropped} ack ranges dropped (over the pending bound)' if e2e.dropped else ''}"
                     if e2e is not None
