@@ -444,16 +444,18 @@ class Recorder:
     def _note_e2e(self, msgs) -> None:
         """Collect the e2e ack ranges of landed (or replayed) messages; warn about the first bad batch-seq."""
         assert self.e2e is not None  # only called with e2e acks on
-        for m in msgs:
-            with self._ack_lock:  # _send_acks takes from it in the network thread
-                ok = self.e2e.add(m.topic, m.user_properties)
-            if not ok and self.e2e.invalid == 1 and not self._warned_seq:
-                self._warned_seq = True
-                self._say(
-                    f"a PUBLISH on {m.topic[:80]!r} has an invalid {e2eack.PROPERTY} property "
-                    f"{[v for k, v in m.user_properties if k == e2eack.PROPERTY][:2]!r} or topic: landed, "
-                    f"not acknowledged end to end (counted; reported once)"
-                )
+        first_bad = None
+        with self._ack_lock:  # once per group: _send_acks takes from it in the network thread
+            for m in msgs:
+                if not self.e2e.add(m.topic, m.user_properties) and self.e2e.invalid == 1 and first_bad is None:
+                    first_bad = m
+        if first_bad is not None and not self._warned_seq:
+            self._warned_seq = True
+            seq = [v for k, v in first_bad.user_properties if k == e2eack.PROPERTY][:2]
+            self._say(
+                f"a PUBLISH on {first_bad.topic[:80]!r} has an invalid {e2eack.PROPERTY} property {seq!r} "
+                f"or topic: landed, not acknowledged end to end (counted; reported once)"
+            )
 
     def _send_acks(self, blocking: bool = True) -> None:
         """PUBACK what is durable, in arrival order, then publish its e2e acks; from either
