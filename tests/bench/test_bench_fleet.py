@@ -51,7 +51,7 @@ def test_account_counts_lost_extra_and_duplicate_rows():
 
 @pytest.mark.fast
 def test_load_samples_keeps_one_copy_of_a_workers_samples(tmp_path):
-    """A 5,000-device run's accounting was OOM-killed at 24 GB: load_samples read the whole
+    """A 5,000-device run was OOM-killed at 19.5 GB, its --check at 24 GB: load_samples read the whole
     sample array from the .npz again for every device and kept each copy alive through its
     slice (memory devices x samples). Now one array per worker file, sliced into views."""
     import tracemalloc

@@ -180,3 +180,40 @@ def test_batcher_hands_out_at_most_n_merging_what_waits_and_stays_bounded(monkey
     assert b.dropped == 2 and b.waiting == 2
     assert len(b.take(1)) == 1 and b.add("mqbatch/dev-c/telemetry", seq(0, 0))  # room again after a hand-out
     assert b.dropped == 2 and [t for t, _ in b.drain()] == ["mqbatch/dev-b/ack", "mqbatch/dev-c/ack"]
+
+
+@pytest.mark.fast
+def test_the_paho_internals_the_recorders_stop_relies_on_are_there():
+    """The recorder's stop reaches into paho-mqtt 2.1 (no public call does it): it gives up
+    unacknowledged acks (_out_messages under _out_message_mutex, _inflight_messages), wakes
+    the loop (_thread_terminate, _sockpairW) and closes a stuck socket (_out_packet,
+    _sock_close). A paho upgrade that renames one would slow or hang the stop silently:
+    this fails instead."""
+    import inspect
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    for name in ("_out_messages", "_out_message_mutex", "_inflight_messages", "_thread_terminate", "_out_packet"):
+        assert hasattr(c, name), name
+    assert "_sockpairW" in vars(c) and callable(c._sock_close)
+    loop = inspect.getsource(mqtt.Client.loop_forever)
+    assert "_thread_terminate" in loop and "_out_messages" in loop and "_out_packet" in loop
+
+
+def test_batches_landing_in_order_wait_as_one_range_per_device(monkeypatch):
+    """A device whose batches land in order costs one waiting range, whatever their number:
+    with room for 3 ranges in all, 2 devices x 60 batches in order lose nothing (before,
+    every batch took an entry until 96 waited, and the total bound dropped in-order acks)."""
+    monkeypatch.setattr(AckBatcher, "MAX_PENDING_TOTAL", 3)
+    b = AckBatcher()
+    for f in range(0, 600, 10):
+        for dev in ("a", "b"):
+            assert b.add(f"mqbatch/dev-{dev}/telemetry", [("batch-seq", f"1:{f}-{f + 9}")])
+    assert b.add("mqbatch/dev-a/telemetry", [("batch-seq", "1:100-109")])  # a redelivery: inside, no entry
+    assert b.dropped == 0 and b.acked == 121
+    assert [(t, decode(p)) for t, p in b.drain()] == [
+        ("mqbatch/dev-a/ack", [(1, 0, 599)]),
+        ("mqbatch/dev-b/ack", [(1, 0, 599)]),
+    ]

@@ -238,14 +238,20 @@ def test_a_fleets_report_draws_a_bounded_number_of_device_panels(tmp_path):
     table = pa.Table.from_pylist(many, schema=synthetic_records().schema)
     html = htmlreport.render(run_info(), REPORT_JSON, table)
     shown, hidden = names[: htmlreport.MAX_PANEL_DEVICES], names[htmlreport.MAX_PANEL_DEVICES :]
-    assert f"(all {n_dev} devices)" in html
+    assert "records landed per second, all devices" in html and f">all {n_dev} devices<" in html
     assert f"the first {htmlreport.MAX_PANEL_DEVICES} of {n_dev} devices by id" in html
     assert all(f">{d}<" in html for d in shown), "a shown device's panel is missing"
     assert not any(d in html for d in hidden), "a device beyond the bound was drawn"
     s = htmlreport.series(table, START)
     assert len(s["latency"]) == sum(1 for r in many if r["latency_ms"] is not None)  # every record
-    total = dict(s["rate"])[f"(all {n_dev} devices)"]
+    total = s["fleet_rate"][f"all {n_dev} devices"]
     assert sum(c for _, c in total) * s["bin_s"] == len(many)  # every record counted once
+    # the fleet's total has its own chart: the device panels keep the devices' own scale
+    assert set(s["rate"]) == set(shown) and max(c for d in shown for _, c in s["rate"][d]) < max(c for _, c in total)
+    nulls = pa.Table.from_pylist(many + [dict(rows[0], device=None)], schema=table.schema)
+    s2 = htmlreport.series(nulls, START)  # a row without a device: in no panel, not in the total
+    assert s2["devices"] == n_dev and sum(c for _, c in s2["fleet_rate"][f"all {n_dev} devices"]) * 2 == len(many)
     small = htmlreport.series(synthetic_records(), START)
     assert "devices_shown" in small and small["devices"] == small["devices_shown"] == len(DEVICES)
-    assert not any(k.startswith("(all") for k in small["rate"])  # a small fleet: one panel per device only
+    assert not small["fleet_rate"] and set(small["rate"]) == set(DEVICES)  # a small fleet: per device only
+    htmlreport.render(run_info(), REPORT_JSON, pa.Table.from_pylist(rows + [dict(rows[0], device=None)]))

@@ -153,6 +153,10 @@ class AckBatcher:
             return True
         if pending is None:
             pending = self._ranges[device] = []
+        last = pending[-1] if pending else None
+        if last is not None and last[0] == rng[0] and last[1] <= rng[1] and rng[1] <= last[2] + 1:
+            pending[-1] = (last[0], last[1], max(last[2], rng[2]))  # the next batch in order: one entry
+            return True
         pending.append(rng)
         self._total += 1
         if len(pending) >= self.MAX_PENDING_RANGES + SEND_RANGES:  # merge while waiting; keep the highest

@@ -645,8 +645,11 @@ class Recorder:
             return
         deadline = time.monotonic() + timeout
         # paho 2.1 keeps unsent packets in Client._out_packet (no public accessor)
-        while getattr(client, "_out_packet", None) and time.monotonic() < deadline:
+        while client._out_packet and time.monotonic() < deadline:
             time.sleep(0.01)
+        if client._out_packet:  # the broker reads nothing: paho's loop would wait for them (keep-alive)
+            self._say(f"the broker took nothing for {timeout:.0f} s: closing without DISCONNECT")
+            client._sock_close()
         self._stop_network_loop()
         sock: Any = client.socket()  # the ssl.SSLSocket paho made (typed as its SocketLike protocol)
         if sock is None:
@@ -699,8 +702,11 @@ class Recorder:
             self._stopping.set()
             self._queue.put(None)
             writer_done.wait(60)
-            self._finish_acks()
-            self._close_connection()
+            try:
+                self._finish_acks()
+                self._close_connection()
+            except Exception as e:  # never skips the final roll below
+                self._fail(f"closing the MQTT connection failed: {type(e).__name__}: {e}")
             left = self._queue.qsize()
             try:
                 path = self.writer.close()
@@ -726,7 +732,7 @@ class Recorder:
                     f"invalid batch-seq, {e2e.without} without one"
                     f"{f', {e2e.waiting} devices with acks not sent' if e2e else ''}"
                     f"{f', {self.e2e_unconfirmed} ack PUBLISHes not confirmed' if self.e2e_unconfirmed else ''}"
-                    f"{f', {self.e2e_refused} refused by the broker' if self.e2e_refused else ''}"
+                    f"{f', {self.e2e_refused} refused by the broker or not queued by paho' if self.e2e_refused else ''}"
                     f"{f', {e2e.dropped} ack ranges dropped (over the pending bound)' if e2e.dropped else ''}"
                     if e2e is not None
                     else "; e2e acks off"

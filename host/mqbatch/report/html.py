@@ -161,7 +161,7 @@ def series(table, start_wall: float, max_devices: int = MAX_PANEL_DEVICES) -> di
     every = sorted(d for d in pc.unique(table["device"]).to_pylist() if d is not None)
     shown = every[:max_devices]
     full = table
-    if len(every) > len(shown):
+    if len(every) > len(shown) or table["device"].null_count:  # rows without a device: in no panel
         table = table.filter(pc.is_in(table["device"], value_set=pa.array(shown, pa.string())))
     recv_all = _seconds_np(full["received_at"], start_wall)
     dev_all = _seconds_np(full["device_time"], start_wall) if "device_time" in full.column_names else recv_all
@@ -178,10 +178,13 @@ def series(table, start_wall: float, max_devices: int = MAX_PANEL_DEVICES) -> di
         if t is not None and t >= 0:
             counts[d][min(int(t // bin_s), nbins - 1)] += 1
     rate = {d: [((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(cs)] for d, cs in counts.items()}
-    if len(every) > len(shown):  # "(" sorts before any device id: the first panel
-        ok = recv_all[~np.isnan(recv_all) & (recv_all >= 0)]
+    fleet_rate: dict[str, list[tuple[float, float]]] = {}  # its own chart: its own y scale
+    if len(every) > len(shown):
+        ok = recv_all[~np.isnan(recv_all) & (recv_all >= 0) & full["device"].is_valid().to_numpy(zero_copy_only=False)]
         total = np.bincount(np.minimum((ok // bin_s).astype(np.int64), nbins - 1), minlength=nbins)
-        rate[f"(all {len(every):,} devices)"] = [((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(total.tolist())]
+        fleet_rate[f"all {len(every):,} devices"] = [
+            ((i + 0.5) * bin_s, c / bin_s) for i, c in enumerate(total.tolist())
+        ]
     latency: list[float] = []
     if "latency_ms" in full.column_names:
         lat = full["latency_ms"].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -204,6 +207,7 @@ def series(table, start_wall: float, max_devices: int = MAX_PANEL_DEVICES) -> di
     return {
         "span": span,
         "rate": rate,
+        "fleet_rate": fleet_rate,
         "latency": latency,
         "channels": channels,
         "bin_s": bin_s,
@@ -379,13 +383,25 @@ def render(run: RunInfo, rep: dict, records) -> str:
             _explain(
                 f"Records landed per second ({s['bin_s']:g} s bins), one panel per device on the same scales"
                 + (
-                    f" (the first {s['devices_shown']} of {s['devices']:,} devices by id, after a panel of all of "
-                    "them; every device's counts are in the outcome table). "
+                    f" (the first {s['devices_shown']} of {s['devices']:,} devices by id, after a chart of all of "
+                    "them on its own scale; every device's counts are in the outcome table). "
                     if s["devices"] > s["devices_shown"]
                     else ". "
                 )
                 + "Shaded: injected faults; during them, devices keep sampling into their flash outbox and send the "
                 "backlog afterwards (the peaks). " + fault_gaps_text(faults, s["arrivals"], run.device_backoff_ms)
+            )
+            + (
+                svgchart.time_panels(
+                    "records landed per second, all devices",
+                    s["fleet_rate"],
+                    span,
+                    faults,
+                    "records/s",
+                    xlabel=run.time_label,
+                )
+                if s["fleet_rate"]
+                else ""
             )
             + svgchart.time_panels(
                 "records landed per second, per device", s["rate"], span, faults, "records/s", xlabel=run.time_label
@@ -434,6 +450,11 @@ def render(run: RunInfo, rep: dict, records) -> str:
                 "until it is full (outbox.segment_bytes, 16 KB by default) and is deleted, so with an empty "
                 "outbox it stays below one segment instead of falling to 0 (firmware/mqb_outbox.py); it is "
                 "not a leak."
+                + (
+                    f" Panels for the first {s['devices_shown']} of {s['devices']:,} devices by id."
+                    if s["devices"] > s["devices_shown"]
+                    else ""
+                )
             )
             + channel_charts(health_names, zero=True),
         ),
