@@ -311,7 +311,7 @@ class Recorder:
         """The broker's PUBACK of an e2e ack: room for the next ones (merged while they waited).
         Runs inside paho's lock on its outgoing messages, so it sends only if no other
         thread is sending (that one would wait for paho's lock: a deadlock); else the next
-        PUBLISH or the writer's next pass (0.2 s at most) does."""
+        PUBLISH or the writer's next pass does (0.2 s, or the disk back-off while landing is blocked)."""
         with self._mid_lock:
             if mid in self._e2e_mids:
                 self._e2e_mids.remove(mid)
