@@ -119,11 +119,8 @@ def read_records(path: os.PathLike | str, extra: Sequence[str] = ()):
 
 
 def _seconds(col, start_wall: float) -> list[float | None]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    us = pc.cast(pc.cast(col, pa.timestamp("us")), pa.int64())
-    return [None if v is None else v / 1e6 - start_wall for v in us.to_pylist()]
+    """_seconds_np as a list, None for a null."""
+    return [None if math.isnan(v) else v for v in _seconds_np(col, start_wall).tolist()]
 
 
 def _binned(points: list[tuple[float, float]], width: float) -> list[tuple[float, float]]:
@@ -322,8 +319,16 @@ def _channel_title(name: str) -> str:
     return TITLES.get(name, name.replace("_", " ")) + (f" ({unit})" if unit else "")
 
 
+def _first_devices(s: dict) -> str:
+    """'the first 16 of 5,000 devices by id' when series() drew only some devices, else ''."""
+    return (
+        f"the first {s['devices_shown']} of {s['devices']:,} devices by id" if s["devices"] > s["devices_shown"] else ""
+    )
+
+
 def render(run: RunInfo, rep: dict, records) -> str:
     s = series(records, run.start_wall)
+    first = _first_devices(s)
     span, faults = s["span"], run.faults
     lat = s["latency"]
     p50, p95, p99 = (percentile(lat, q) for q in (0.5, 0.95, 0.99))
@@ -383,9 +388,9 @@ def render(run: RunInfo, rep: dict, records) -> str:
             _explain(
                 f"Records landed per second ({s['bin_s']:g} s bins), one panel per device on the same scales"
                 + (
-                    f" (the first {s['devices_shown']} of {s['devices']:,} devices by id, after a chart of all of "
-                    "them on its own scale; every device's counts are in the outcome table). "
-                    if s["devices"] > s["devices_shown"]
+                    f" ({first}, after a chart of all of them on its own scale; every device's counts are in the "
+                    "outcome table). "
+                    if first
                     else ". "
                 )
                 + "Shaded: injected faults; during them, devices keep sampling into their flash outbox and send the "
@@ -432,12 +437,7 @@ def render(run: RunInfo, rep: dict, records) -> str:
             "Sensor readings",
             _explain(
                 "The telemetry itself: each sensor channel over time (device clock), "
-                "one panel per device on the same scales"
-                + (
-                    f" (the first {s['devices_shown']} of {s['devices']:,} devices by id)."
-                    if s["devices"] > s["devices_shown"]
-                    else "."
-                )
+                "one panel per device on the same scales" + (f" ({first})." if first else ".")
             )
             + channel_charts(sample_names, zero=False),
         ),
@@ -449,12 +449,7 @@ def render(run: RunInfo, rep: dict, records) -> str:
                 "outbox's segment files, not of what waits: acknowledged batches stay in the open segment file "
                 "until it is full (outbox.segment_bytes, 16 KB by default) and is deleted, so with an empty "
                 "outbox it stays below one segment instead of falling to 0 (firmware/mqb_outbox.py); it is "
-                "not a leak."
-                + (
-                    f" Panels for the first {s['devices_shown']} of {s['devices']:,} devices by id."
-                    if s["devices"] > s["devices_shown"]
-                    else ""
-                )
+                "not a leak." + (f" Panels for {first}." if first else "")
             )
             + channel_charts(health_names, zero=True),
         ),
