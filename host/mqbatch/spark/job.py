@@ -4,6 +4,7 @@ or `mqbatch spark`): landing zone -> records/, quarantine/, report.json."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -12,12 +13,27 @@ import sys
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from mqbatch.spark import jvm
+from mqbatch.spark import cds, jvm
 from mqbatch.spark.options import add_arguments, check_paths, options_from
 from mqbatch.spark.pipeline import HADOOP_UMASK, PARQUET_TIMESTAMPS, run_batch
 from mqbatch.spark.stream import REPORT_WRITTEN, lock_checkpoint, run_stream
 from mqbatch.util.private import private_dir
 from mqbatch.util.procs import die_with_parent
+
+
+@contextlib.contextmanager
+def _submit_opts(options: list[str]):
+    """SPARK_SUBMIT_OPTS with `options` added while pyspark launches the JVM, then as it was."""
+    before = os.environ.get("SPARK_SUBMIT_OPTS")
+    if options:
+        os.environ["SPARK_SUBMIT_OPTS"] = cds.with_options(before, options)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = before
 
 
 def session(master: str | None = None, log_level: str | None = None, **conf_items: str) -> SparkSession:
@@ -29,11 +45,13 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
     if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # we start the JVM: the JVM fast path's jar goes on its class path (spark.jars;
         # spark-submit's own --jars, e.g. from `mqbatch spark`, already did it)
+        # and it maps the JVM's class-data archive when there is one (mqbatch.spark.cds)
         launch = SparkConf()
         jars = jvm.with_jar(conf_items.pop("spark.jars", None))
         if jars:
             launch.set("spark.jars", jars)
-        SparkContext._ensure_initialized(conf=launch)
+        with _submit_opts(cds.java_options()[0]):
+            SparkContext._ensure_initialized(conf=launch)
     SparkContext._ensure_initialized()
     conf = SparkConf()
     if master:

@@ -73,12 +73,9 @@ def spark_jars_dir() -> pathlib.Path:
 def cache_dir() -> pathlib.Path:
     if os.environ.get("MQBATCH_JVM_CACHE"):
         return pathlib.Path(os.environ["MQBATCH_JVM_CACHE"])
-    from mqbatch.util.paths import CHECKOUT
+    from mqbatch.util.paths import cache_dir as mqbatch_cache
 
-    if CHECKOUT is not None:
-        return CHECKOUT / "build" / "jvm"
-    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
-    return pathlib.Path(base) / "mqbatch" / "jvm"
+    return mqbatch_cache("jvm")
 
 
 def _javac() -> str | None:

@@ -88,10 +88,13 @@ def load_hmac_keys(path: str) -> tuple:
     return tuple(keys)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The job's options (shared with `mqbatch spark`)."""
-    p.add_argument("--landing", required=True, help="landing zone directory (Parquet files of `mqbatch ingest`)")
-    p.add_argument("--out", required=True, help="output directory: records/, quarantine/, report.json")
+def add_arguments(p: argparse.ArgumentParser, paths_required: bool = True) -> None:
+    """The job's options (shared with `mqbatch spark`, which checks --landing and --out itself
+    because its --prepare needs neither: paths_required False)."""
+    p.add_argument(
+        "--landing", required=paths_required, help="landing zone directory (Parquet files of `mqbatch ingest`)"
+    )
+    p.add_argument("--out", required=paths_required, help="output directory: records/, quarantine/, report.json")
     p.add_argument("--partial", action="store_true", help="deliver sub-messages parsed before a count mismatch")
     p.add_argument("--max-batch-size", type=_positive, default=100)
     p.add_argument("--max-payload-bytes", type=_positive, default=65536)

@@ -42,9 +42,12 @@ def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
 
 
 def write_log_config(directory: pathlib.Path, level: str) -> pathlib.Path:
-    """A SPARK_CONF_DIR whose log4j2.properties logs `level` and above to stderr."""
+    """A log4j2.properties in `directory` that logs `level` and above to stderr (the JVM is
+    told with -Dlog4j2.configurationFile: a SPARK_CONF_DIR would put a folder with files on
+    its class path, and such a JVM cannot write its class-data archive, mqbatch.spark.cds)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "log4j2.properties").write_text(
+    path = directory / "log4j2.properties"
+    path.write_text(
         f"rootLogger.level = {level.lower()}\n"
         "rootLogger.appenderRef.stderr.ref = stderr\n"
         "appender.console.type = Console\n"
@@ -54,7 +57,7 @@ def write_log_config(directory: pathlib.Path, level: str) -> pathlib.Path:
         "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n",
         encoding="utf-8",
     )
-    return directory
+    return path
 
 
 def spark_home() -> pathlib.Path:
@@ -65,10 +68,14 @@ def spark_home() -> pathlib.Path:
     return pathlib.Path(spec.origin).parent
 
 
-def submit_env(conf_dir: pathlib.Path | None, fast_path: pathlib.Path | None) -> dict[str, str]:
-    """The variables spark-submit needs, whatever the calling shell has (or lacks). Without
-    the fast path's jar (this command said why) the job is told not to say it again."""
-    from mqbatch.spark import jvm
+def submit_env(
+    log_config: pathlib.Path | None, fast_path: pathlib.Path | None, java_options: list[str] | None = None
+) -> dict[str, str]:
+    """The variables spark-submit needs, whatever the calling shell has (or lacks). The
+    driver JVM's options go in SPARK_SUBMIT_OPTS after the caller's own: the log
+    configuration (`log_config`), then `java_options` (mqbatch.spark.cds). Without the fast
+    path's jar (this command said why) the job is told not to say it again."""
+    from mqbatch.spark import cds, jvm
 
     env = {
         "SPARK_HOME": os.environ.get("SPARK_HOME") or str(spark_home()),
@@ -77,8 +84,9 @@ def submit_env(conf_dir: pathlib.Path | None, fast_path: pathlib.Path | None) ->
     }
     if os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
-    if conf_dir is not None:
-        env["SPARK_CONF_DIR"] = str(conf_dir)
+    options = ([f"-Dlog4j2.configurationFile={log_config}"] if log_config is not None else []) + (java_options or [])
+    if options or os.environ.get("SPARK_SUBMIT_OPTS"):
+        env["SPARK_SUBMIT_OPTS"] = cds.with_options(os.environ.get("SPARK_SUBMIT_OPTS"), options)
     if fast_path is None:
         env[jvm.OFF_SAID] = "1"
     return env

@@ -47,6 +47,15 @@ DYNSEC_PLUGIN = next(
 )
 
 
+def cache_dir(name: str) -> pathlib.Path:
+    """Where mqbatch keeps what it builds for later runs (the JVM fast path's jar, the JVM's
+    class-data archive): the checkout's build/NAME, else $XDG_CACHE_HOME/mqbatch/NAME (~/.cache)."""
+    if CHECKOUT is not None:
+        return CHECKOUT / "build" / name
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "mqbatch" / name
+
+
 def venv_tool(name: str) -> pathlib.Path:
     """A console tool installed next to this Python (the venv), else on PATH."""
     here = pathlib.Path(sys.executable).parent / name
