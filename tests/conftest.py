@@ -48,6 +48,9 @@ ONE_WORKER_MODULES = {
     "tests/test_wheel.py": "wheel",  # a wheel built, a venv made, installed
     "tests/test_tiers.py": "tiers",  # a --collect-only of tests/
 }
+# tests/mpy32/test_wasm32.py: the items of each device test module form a group (one worker).
+WASM32_TESTS = "tests/mpy32/test_wasm32.py"
+_NO_PARAMS = type("NoParams", (), {"params": {}})()
 # Session fixtures worth running once: the tests that use one run on one worker.
 ONE_WORKER_FIXTURES = {"bench_all_quick": "bench-all-quick"}  # tests/bench/conftest.py
 
@@ -121,6 +124,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
         elif path in ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group(ONE_WORKER_MODULES[path]))
+        elif path == WASM32_TESTS and "module" in getattr(item, "callspec", _NO_PARAMS).params:
+            # one node process runs a device test module's tests in the 32-bit port: all of a
+            # module's items on one worker, so the module runs once, not once per worker
+            item.add_marker(pytest.mark.xdist_group("wasm32-" + item.callspec.params["module"]))
         else:
             shared = [g for f, g in ONE_WORKER_FIXTURES.items() if f in getattr(item, "fixturenames", ())]
             if shared:

@@ -161,8 +161,10 @@ def split_results(stdout: str) -> dict[str, tuple[bool, str]]:
 
 
 class _Runs:
-    """One node process per module, on first use, with the next module started
-    alongside (items run in MODULES order; two processes at a time)."""
+    """One node process per module, on first use. Run alone (no pytest-xdist worker) the next
+    module starts alongside (items run in MODULES order; two processes at a time); under
+    xdist each module's items are one group on one worker (tests/conftest.py), so a worker
+    runs only the modules it was given."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -176,7 +178,7 @@ class _Runs:
     def get(self, module: str) -> subprocess.CompletedProcess:
         with self.lock:
             i = MODULES.index(module)
-            for m in MODULES[i : i + 2]:
+            for m in MODULES[i : i + (1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)]:
                 if m not in self.futures:
                     self.futures[m] = self.pool.submit(self._run, m)
         return self.futures[module].result()

@@ -19,6 +19,7 @@ import pytest
 from test_spark_job import expected_report, scenario_files
 from test_spark_outputs import not_utc_micros
 
+from mqbatch.spark import cds
 from mqbatch_testing import VENV_BIN
 from mqbatch_testing.spark import write_landing
 
@@ -70,6 +71,13 @@ def test_printed_command_runs_in_a_clean_shell_quietly(tmp_path):
     """env -i: no venv on PATH, no SPARK_HOME, no PYSPARK_PYTHON. An empty landing zone
     (which used to end in RejectedExecutionException errors at shutdown)."""
     (tmp_path / "landing").mkdir()
+    # and its JVM maps the class-data archive `make test` wrote (mqbatch.spark.cds): with
+    # -Xshare:on a JVM that cannot map it does not start (test_cds.py shows one that does not fit)
+    archive = cds.archive()
+    mapped = archive is not None and archive.is_file()
+    if not mapped:
+        print(f"no class-data archive at {archive} (`make spark-prepare` writes it): not checked here")
+    opts = os.environ["SPARK_SUBMIT_OPTS"] + (" -Xshare:on" if mapped else "")
     dry = subprocess.run(
         [
             MQBATCH,
@@ -87,10 +95,12 @@ def test_printed_command_runs_in_a_clean_shell_quietly(tmp_path):
         text=True,
         timeout=60,
         cwd=tmp_path,
+        env=dict(os.environ, SPARK_SUBMIT_OPTS=opts),
     )
     assert dry.returncode == 0, dry.stderr
     line = dry.stdout.strip()
     assert line.startswith("env ") and "SPARK_HOME=/" in line and "PYSPARK_PYTHON=/" in line
+    assert (f"-XX:SharedArchiveFile={archive}" in line) == mapped, line
     proc = subprocess.run(
         ["/bin/sh", "-c", line], env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600
     )

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import time
@@ -17,6 +18,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from mqbatch.spark import cds
 from mqbatch.wire import codec, records
 from mqbatch_testing import VENV_BIN, load_vectors
 from mqbatch_testing.spark import T0_MS, health, landed, sample, write_landing
@@ -671,7 +673,31 @@ def test_the_reports_aggregates_run_together_in_order_in_the_callers_job_group(s
 def test_the_session_jvm_runs_with_the_test_jvm_options(spark):
     """tests/conftest.py sets SPARK_SUBMIT_OPTS (C1 only) for every JVM the tests start: the
     suite's CPU depends on spark-submit passing it on to the shared session's JVM."""
-    wanted = os.environ["SPARK_SUBMIT_OPTS"].split()
+    wanted = shlex.split(os.environ["SPARK_SUBMIT_OPTS"])
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     args = list(runtime.getInputArguments())
     assert wanted and all(opt in args for opt in wanted), (wanted, args)
+    # and the class-data archive `make test` wrote (mqbatch.spark.cds) is mapped into it
+    archive = cds.archive()
+    if archive is None or not archive.is_file():
+        print(f"no class-data archive at {archive} (`make spark-prepare` writes it): its mapping not checked")
+        return
+    assert f"-XX:SharedArchiveFile={archive}" in args, args
+    assert str(archive) in _mapped_files(runtime.getPid()), "the session's JVM runs without the archive"
+
+
+def _mapped_files(pid: int) -> set[str]:
+    """The files a process has mapped (/proc/PID/maps)."""
+    lines = pathlib.Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6}
+
+
+def test_mapped_files_sees_a_mapping_and_its_absence(tmp_path):
+    """The check above can fail: a file this process maps is seen, the same file unmapped is not."""
+    import mmap
+
+    path = tmp_path / "mapped.bin"
+    path.write_bytes(b"x" * 4096)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ):
+        assert str(path) in _mapped_files(os.getpid())
+    assert str(path) not in _mapped_files(os.getpid())

@@ -50,8 +50,8 @@ def _prepare(args: argparse.Namespace, keep: pathlib.Path) -> tuple[list[str], d
     java_options, pending = cds.java_options(create=create)
     if pending is not None:
         print(
-            f"mqbatch spark: this run also writes the JVM's class-data archive for later runs (once per Java "
-            f"and Spark; about 175 MB; a few seconds more at the end): {pending.parent}",
+            f"mqbatch spark: this run also writes the JVM's class-data archive for later runs, once per Java "
+            f"and Spark (about 170 MB; this run takes about 30 s longer): {pending.parent}",
             file=sys.stderr,
             flush=True,
         )
