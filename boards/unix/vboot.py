@@ -117,6 +117,12 @@ if os.getenv("MQB_VBOARD_TOOL"):
     _tool(os.getenv("MQB_VBOARD_TOOL"))
     sys.exit(0)
 _soft = os.getenv("MQB_VBOARD_SOFT")
+# The supervisor keeps the host's bytes in the port until the firmware is up, as a
+# board's UART buffer does: a Ctrl-C must interrupt boot.py or main.py, not the
+# interpreter's start or the mount. It passes them on once told here (one byte on
+# the pipe MQB_VBOARD_UP names), or at the REPL's prompt when no script runs.
+_up = os.getenv("MQB_VBOARD_UP")
+_up = _up and open(int(_up), "wb")  # opened while the host's filesystem is still mounted
 _mount()
 _machine()
 for _name in ("boot.py",) + (() if _soft else ("main.py",)):
@@ -126,5 +132,11 @@ for _name in ("boot.py",) + (() if _soft else ("main.py",)):
         continue
     with open(_name) as _f:
         _src = _f.read()
+    if _up:
+        _up.write(b"1")
+        _up.close()
+        _up = None
     exec(_src, {"__name__": "__main__", "__file__": _name})
-del _soft, _name
+if _up:
+    _up.close()
+del _soft, _name, _up

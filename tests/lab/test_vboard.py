@@ -172,6 +172,30 @@ def test_mpremote_works_against_it_as_against_a_board(tmp_path):
     assert vb.get("note.txt") == b"hello"
 
 
+class SlowBootBoard(VirtualBoard):
+    """A virtual board whose interpreter takes `delay` s to start, as on a loaded machine."""
+
+    delay = 1.0
+
+    def _command(self) -> list[str]:
+        return ["sh", "-c", f'sleep {self.delay}; exec "$@"', "sh", *super()._command()]
+
+
+def test_bytes_sent_while_the_board_boots_wait_for_it(tmp_path):
+    """mpremote may connect before the interpreter behind the port is up (the port exists
+    from start(); on a loaded machine the boot takes seconds): its Ctrl-C and Ctrl-A must
+    reach the board once it runs, as a board's UART buffer keeps them, not kill the
+    starting interpreter (a restart that loses the Ctrl-A: 'could not enter raw repl')
+    nor interrupt the mount of its flash."""
+    flash = tmp_path / "board"
+    with SlowBootBoard(flash) as vb:
+        ex = mpremote(vb.tty, "resume", "exec", "import os; print(6 * 7, os.listdir('/'))", timeout=60)
+        assert ex.returncode == 0 and ex.stdout.startswith("42 []"), ex.stdout + ex.stderr
+        assert vb.boots == 1, vb.boots
+    log = (flash / "console.log").read_text(errors="replace")
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]
+
+
 def host_paths_written(names: list[str]) -> list[str]:
     """Which of these host paths exist (what a board's writes must never create)."""
     return [n for n in names if os.path.lexists(n)]

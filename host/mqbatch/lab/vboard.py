@@ -16,7 +16,11 @@ interpreter behind it restarts, as a USB serial port does across resets:
   soft-reset: the supervisor prints "MPY: soft reboot", starts it again without
   main.py and puts it back into the raw REPL, as a board does.
 
-Ctrl-C reaches main.py as SIGINT (the interpreter's own pty has ISIG). Everything
+Ctrl-C reaches main.py as SIGINT (the interpreter's own pty has ISIG). What the
+host sends while the interpreter starts waits in the port until the board is up
+(vboot.py says so before boot.py and main.py, or the REPL prompts), as a board's
+UART buffer keeps it: a Ctrl-C that early would end the starting interpreter (a
+restart that loses the bytes after it) or interrupt the mount. Everything
 the device prints is appended to `<dir>/console.log`. Heap: DEFAULT_HEAP, what the
 deployed firmware runs in with its .mpy files loaded into the heap
 (docs/application.md has the figures).
@@ -157,9 +161,12 @@ class VirtualBoard:
         return env
 
     # -- the interpreter behind the port ----------------------------------------
-    def _spawn(self, soft: bool) -> tuple[subprocess.Popen, int]:
+    def _spawn(self, soft: bool) -> tuple[subprocess.Popen, int, int]:
+        """The interpreter on a new pty: (process, the pty's master, the read end of
+        the pipe on which vboot.py says the board is up)."""
         master, slave = os.openpty()
         _set_raw(slave, isig=True)
+        up_r, up_w = os.pipe()
 
         def ctty():  # the pty is the interpreter's controlling terminal: Ctrl-C -> SIGINT
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
@@ -167,15 +174,17 @@ class VirtualBoard:
         proc = subprocess.Popen(
             self._command(),
             cwd=self.flash_dir,
-            env=self._env(soft),
+            env=dict(self._env(soft), MQB_VBOARD_UP=str(up_w)),
             stdin=slave,
             stdout=slave,
             stderr=slave,
             start_new_session=True,
             preexec_fn=ctty,
+            pass_fds=(up_w,),
         )
         os.close(slave)
-        return proc, master
+        os.close(up_w)
+        return proc, master, up_r
 
     def _to_host(self, data: bytes, log) -> None:
         log.write(data)
@@ -195,8 +204,9 @@ class VirtualBoard:
                     if self._stop.is_set():
                         break
                     self.boots += 1
-                    self._proc, dev = self._spawn(soft)
+                    self._proc, dev, up_r = self._spawn(soft)
                 proc = self._proc
+                up = False  # the board is up: the host's bytes go to it (until then they wait in the port)
                 hold = soft  # after a soft reset: hide the banner until the raw REPL is back
                 asked = False  # Ctrl-A sent (once: a second one would print a second prompt)
                 seen = b""
@@ -204,7 +214,12 @@ class VirtualBoard:
                     self._to_host(b"MPY: soft reboot\r\n", log)
                 last_host = b""
                 while True:
-                    ready, _, _ = select.select([dev, host_master], [], [], 0.2)
+                    watch = [dev, host_master] if up else [dev] + ([up_r] if up_r >= 0 else [])
+                    ready, _, _ = select.select(watch, [], [], 0.2)
+                    if up_r in ready:
+                        up = os.read(up_r, 16) != b""  # b"": closed, no script ran: up at the REPL's prompt
+                        os.close(up_r)
+                        up_r = -1
                     if dev in ready:
                         try:
                             data = os.read(dev, 4096)
@@ -213,6 +228,8 @@ class VirtualBoard:
                         if not data:
                             break
                         seen = (seen + data)[-64:]
+                        if b">>> " in seen or RAW_PROMPT in seen:
+                            up = True  # the REPL reads the port
                         if hold:
                             if not asked and b">>> " in seen:
                                 os.write(dev, b"\x01")  # into the raw REPL, as before the reset
@@ -243,6 +260,8 @@ class VirtualBoard:
                         break
                 proc.wait()
                 os.close(dev)
+                if up_r >= 0:
+                    os.close(up_r)
                 # the Unix port ends at Ctrl-D in the raw REPL (exit 0): a board soft-resets there
                 soft = self._raw and proc.returncode == 0 and last_host.endswith(b"\x04")
                 if soft:
