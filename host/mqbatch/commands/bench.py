@@ -51,7 +51,7 @@ ALL = (
     ("wire", ["--quick"]),
     ("device", ["--quick"]),
     ("ingest", ["--quick"]),
-    ("spark", ["--records", "20000", "--repeat", "1", "--warmup", "0"]),
+    ("spark", ["--records", "5000", "--repeat", "1", "--warmup", "0"]),
     ("latency", None),
 )
 
