@@ -32,7 +32,7 @@ TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1"
 # writes it first with `mqbatch spark --prepare`): a JVM's start-up then takes about 10 s
 # less CPU. Installed copies of mqbatch that tests make use the same archives (MQBATCH_JVM_CDS).
 os.environ.setdefault("MQBATCH_JVM_CDS", str(ROOT / "build" / "cds"))
-os.environ.setdefault("SPARK_SUBMIT_OPTS", cds.with_options(TEST_JVM_OPTS, cds.java_options()[0]))
+os.environ.setdefault("SPARK_SUBMIT_OPTS", cds.with_options(cds.map_options(), TEST_JVM_OPTS))
 
 
 # -- test tiers (docs/testing.md; checked by tests/test_tiers.py) --------------------------

@@ -142,6 +142,7 @@ BAD_PUBLISHER = textwrap.dedent('''
     c.recv(100)
     good = up(b"batch-format", b"v1")
     c.sendall(publish(0x32, 1, good + up(b"batch-size", b"3"), b"\\x01a\\x01b"))          # 2 records, says 3
+    c.settimeout(10)
     c.recv(1, socket.MSG_PEEK)  # its PUBACK has arrived, unread, before the next writes (see the end)
     c.sendall(publish(0x3A, 2, good + up(b"batch-size", b"1"), b"\\x01a"))               # DUP on a first send
     c.sendall(publish(0x32, 3, b"\\x23\\x00\\x00" + good + up(b"batch-size", b"1"), b"\\x01a"))  # alias 0
@@ -152,7 +153,6 @@ BAD_PUBLISHER = textwrap.dedent('''
     # the wire, so no broker or harness can see them. FIN first (it sends all that was written), then
     # read to the end, then close.
     c.shutdown(socket.SHUT_WR)
-    c.settimeout(10)
     try:
         while c.recv(4096): pass
     except OSError: pass

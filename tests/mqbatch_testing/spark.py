@@ -30,6 +30,24 @@ def path_without_javac(directory: pathlib.Path) -> str:
     return str(directory)
 
 
+def cds_archive(skip: bool = True) -> pathlib.Path | None:
+    """This checkout's class-data archive (mqbatch.spark.cds; `make test` writes it first:
+    spark-prepare). Without one: a failure when MQBATCH_REQUIRE_CDS is set (the Makefile's
+    test targets set it), else a skip saying why (or, skip=False, None and a printed note)."""
+    from mqbatch.spark import cds
+
+    path = cds.archive()
+    if path is not None and path.is_file():
+        return path
+    why = f"no class-data archive at {path} (`make spark-prepare` writes it)"
+    if os.environ.get("MQBATCH_REQUIRE_CDS"):
+        pytest.fail(f"{why}, and MQBATCH_REQUIRE_CDS is set")
+    if skip:
+        pytest.skip(why)
+    print(f"{why}: not checked")
+    return None
+
+
 def spark_env() -> dict:
     """Environment for Spark with the venv's Python and spark_jobs/ importable."""
     env = dict(os.environ)

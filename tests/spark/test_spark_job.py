@@ -18,10 +18,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from mqbatch.spark import cds
 from mqbatch.wire import codec, records
 from mqbatch_testing import VENV_BIN, load_vectors
-from mqbatch_testing.spark import T0_MS, health, landed, sample, write_landing
+from mqbatch_testing.spark import T0_MS, cds_archive, health, landed, sample, write_landing
 
 pytestmark = pytest.mark.spark
 
@@ -678,9 +677,8 @@ def test_the_session_jvm_runs_with_the_test_jvm_options(spark):
     args = list(runtime.getInputArguments())
     assert wanted and all(opt in args for opt in wanted), (wanted, args)
     # and the class-data archive `make test` wrote (mqbatch.spark.cds) is mapped into it
-    archive = cds.archive()
-    if archive is None or not archive.is_file():
-        print(f"no class-data archive at {archive} (`make spark-prepare` writes it): its mapping not checked")
+    archive = cds_archive(skip=False)
+    if archive is None:
         return
     assert f"-XX:SharedArchiveFile={archive}" in args, args
     assert str(archive) in _mapped_files(runtime.getPid()), "the session's JVM runs without the archive"

@@ -48,6 +48,11 @@ def _provenance(r: dict) -> str:
             if m.get("spark_submit_opts") and r.get("target") == "spark"
             else ""
         )
+        + (
+            "; the JVM maps a class-data archive (mqbatch.spark.cds)"
+            if m.get("jvm_cds_archive") and r.get("target") in ("spark", "latency")
+            else ""
+        )
         + f".  \n*Versions:* {vers}."
     )
 

@@ -32,11 +32,10 @@ from mqbatch.util.paths import ROOT
 from mqbatch.util.procs import stop_signals_interrupt
 
 
-def _prepare(args: argparse.Namespace, keep: pathlib.Path) -> tuple[list[str], dict[str, str], pathlib.Path | None]:
-    """The spark-submit command, its environment, and the class-data archive its JVM writes
-    (mqbatch.spark.cds; None when it maps one or writes none): the mqbatch zip, the log
-    config, the JVM fast path's jar (compiled here by javac when it is not cached)."""
-    from mqbatch.spark import cds, jvm
+def _prepare(args: argparse.Namespace, keep: pathlib.Path, java_options: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command and its environment: the mqbatch zip, the log config, the JVM
+    fast path's jar (compiled here by javac when it is not cached), `java_options`."""
+    from mqbatch.spark import jvm
 
     pyfiles = build_pyfiles(pathlib.Path(args.pyfiles_zip) if args.pyfiles_zip else keep / "mqbatch.zip")
     log_config = (
@@ -45,27 +44,26 @@ def _prepare(args: argparse.Namespace, keep: pathlib.Path) -> tuple[list[str], d
         else write_log_config(pyfiles.parent.resolve() / f"spark-conf-{args.log_level.lower()}", args.log_level)
     )
     fast_path = jvm.jar()  # None: the job decodes in Python (said once, here)
-    # a batch run writes the archive when there is none (a stream ends by a signal: never)
-    create = not (args.print_command or args.stream or args.once)
-    java_options, pending = cds.java_options(create=create)
-    if pending is not None:
-        print(
-            f"mqbatch spark: this run also writes the JVM's class-data archive for later runs, once per Java "
-            f"and Spark (about 170 MB; this run takes about 30 s longer): {pending.parent}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return submit_command(args, pyfiles, fast_path), submit_env(log_config, fast_path, java_options), pending
+    return submit_command(args, pyfiles, fast_path), submit_env(log_config, fast_path, java_options)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, java_options: list[str] | None = None) -> int:
+    """`java_options`: for the JVM (default: map the class-data archive, mqbatch.spark.cds,
+    except in a printed command, which may run on another machine)."""
+    from mqbatch.spark import cds
+
     if args.prepare:
         return prepare(args)
     missing = [flag for flag in ("--landing", "--out") if getattr(args, flag[2:]) is None]
     if missing:
-        raise SystemExit(f"mqbatch spark: the following arguments are required: {', '.join(missing)} (or --prepare)")
+        print(
+            f"mqbatch spark: the following arguments are required: {', '.join(missing)} (or --prepare)", file=sys.stderr
+        )
+        return 2
     if not args.print_command:  # a printed command may name paths of another machine (a cluster)
         check_paths(args)
+    if java_options is None:
+        java_options = [] if args.print_command else cds.map_options(os.environ.get("SPARK_SUBMIT_OPTS"))
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]
     with tempfile.TemporaryDirectory(prefix="mqbatch-spark-") as tmp:
         # a printed command must point at files that outlive this process
@@ -73,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         stop = stop_signals_interrupt("mqbatch spark")
         try:  # a stop signal while the zip is built or javac runs: one line, nothing left behind
             with stop:
-                cmd, env, pending = _prepare(args, keep)
+                cmd, env = _prepare(args, keep, java_options)
         except KeyboardInterrupt:
             sig = stop.received or signal.SIGINT
             print(f"mqbatch spark: stopped by {signal.Signals(sig).name} before spark-submit started", file=sys.stderr)
@@ -82,42 +80,57 @@ def run(args: argparse.Namespace) -> int:
             print(shlex.join(["env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd]))
             return 0
         html = HtmlReport(args.out, "mqbatch spark", REPORT_WRITTEN)
-        code = 1
         try:
             code = run_child(cmd, dict(os.environ, **env), html.on_line if (args.stream or args.once) else None)
         finally:
             html.close()
-            from mqbatch.spark import cds
-
-            cds.finish(pending, code == 0)
         if code == 0 and args.html and not (args.stream or args.once):
             html.write()
         return code
 
 
+# what --prepare runs is its own: a local batch run over its own landing zone
+PREPARE_REFUSES = ("landing", "out", "stream", "once", "print_command", "checkpoint", "master", "html", "hmac_keys")
+
+
 def prepare(args: argparse.Namespace) -> int:
-    """`mqbatch spark --prepare`: what a first run builds, built now: the JVM fast path's jar
-    and the JVM's class-data archive (mqbatch.spark.cds), by a batch run over a small generated
-    landing zone (mqbatch.spark.cds.sample_landing) in a temporary folder."""
+    """`mqbatch spark --prepare`: the JVM fast path's jar (when not cached) and the JVM's
+    class-data archive (mqbatch.spark.cds), written by a local batch run over a small
+    generated landing zone (cds.sample_landing) in a temporary folder, never by a user's job."""
     from mqbatch.spark import cds
 
+    given = [f"--{name.replace('_', '-')}" for name in PREPARE_REFUSES if getattr(args, name, None)]
+    if given:
+        print(
+            f"mqbatch spark: --prepare takes no {', '.join(given)} (it runs locally over its own data)", file=sys.stderr
+        )
+        return 2
     started = time.monotonic()
     path = cds.archive()
-    if path is not None and path.is_file():
+    if path is not None and path.is_file() and cds.loads(path):
         print(f"mqbatch spark: prepared already: {path}", file=sys.stderr)
         return 0
-    with tempfile.TemporaryDirectory(prefix="mqbatch-spark-prepare-") as tmp:
-        args.landing = str(cds.sample_landing(pathlib.Path(tmp) / "landing"))
-        args.out = str(pathlib.Path(tmp) / "out")
-        args.prepare = False
-        code = run(args)
-    if code != 0:
-        return code
-    path = cds.archive()
-    if path is None or not path.is_file():
-        why = "MQBATCH_JVM_CDS=off" if cds.directory() is None else "no java, or a SPARK_CONF_DIR with files"
-        print(f"mqbatch spark: prepared the fast path; no class-data archive ({why})", file=sys.stderr)
-        return 0
+    try:
+        options, pending, lock = cds.write_options()
+    except cds.CdsError as e:
+        if cds.directory() is None:  # turned off: nothing to write
+            print(f"mqbatch spark: {e}: no class-data archive to prepare", file=sys.stderr)
+            return 0
+        print(f"mqbatch spark --prepare: no class-data archive: {e}", file=sys.stderr)
+        return 1
+    print(f"mqbatch spark: preparing the JVM's class-data archive (about 60 s): {path}", file=sys.stderr, flush=True)
+    code = 1
+    try:
+        with tempfile.TemporaryDirectory(prefix="mqbatch-spark-prepare-") as tmp:
+            args.landing = str(cds.sample_landing(pathlib.Path(tmp) / "landing"))
+            args.out = str(pathlib.Path(tmp) / "out")
+            args.prepare = False
+            code = run(args, java_options=options)
+    finally:
+        why = cds.finish(pending, lock, code == 0)
+    if why is not None:
+        print(f"mqbatch spark --prepare: no class-data archive: {why} (exit {code})", file=sys.stderr)
+        return code or 1
     print(
         f"mqbatch spark: prepared in {time.monotonic() - started:.0f} s: {path} ({path.stat().st_size >> 20} MB)",
         file=sys.stderr,
@@ -145,9 +158,9 @@ def register(sub) -> None:
     p.add_argument(
         "--prepare",
         action="store_true",
-        help="build what a first run builds and exit: the JVM fast path's jar and the JVM's class-data "
-        "archive (mqbatch.spark.cds: later JVMs start in about half the CPU), over a small generated "
-        "landing zone; --landing and --out are not needed",
+        help="write the JVM's class-data archive (mqbatch.spark.cds; once per Java and Spark, about 60 s "
+        "and 170 MB: later runs' JVMs start with about 10 s less CPU) and the fast path's jar, by a local "
+        "batch run over a small generated landing zone, then exit",
     )
     p.add_argument(
         "--print-command",

@@ -4,45 +4,46 @@ read, parsed and verified again from its jars at every start (docs/spark.md, "JV
 A JVM (JDK 13 or later) started with -XX:ArchiveClassesAtExit=F writes the classes it
 loaded to F when it exits; a later JVM started with -XX:SharedArchiveFile=F maps them.
 
-- A batch run of `mqbatch spark` writes the archive when there is none for this Java and
-  this Spark (that run takes about 30 s longer; the file is about 170 MB), into
-  a temporary file renamed into place only after the run succeeded. `mqbatch spark
-  --prepare` does it ahead of time, on a small generated landing zone (for a container
-  image's build, or `make setup`).
-- Every later JVM that mqbatch starts (`mqbatch spark`, session() when it starts the JVM)
-  maps it. The JVM checks that the archive fits (its own version, the class path, each
-  jar's size and time) and runs without it otherwise; its notes about that are off
-  (QUIET), since spark-submit's JVM writes them to the job's stdout.
-- A class path with a folder that holds files cannot be archived: with your own
-  SPARK_CONF_DIR nothing is written (and an archive written without it does not fit).
+- Written only by `mqbatch spark --prepare` (write_options/finish): a throwaway batch run
+  over a small generated landing zone (sample_landing), never the user's own job (a JVM
+  that cannot write the archive ends with exit 1 after the job: a full disk, a folder with
+  files on its class path). About 60 s on 2 cores; the file is about 170 MB, 0600 in a
+  0700 folder; it is put in place only after the run succeeded and a JVM starts with it
+  (a cut archive crashes every JVM that maps it), under an exclusive lock, and the
+  folder keeps the KEEP newest archives.
+- Mapped (map_options) by every JVM mqbatch starts on this machine (`mqbatch spark`,
+  session() when it starts the JVM), unless the archive is not this user's or sits in a
+  folder others can write (an archive is code), or the caller's SPARK_SUBMIT_OPTS choose
+  sharing themselves. The JVM checks that it fits (its version, the class path, each
+  jar's size and time, the heap's compressed-oops mode) and runs without it otherwise;
+  its notes about that are off (QUIET), since spark-submit's JVM writes them to the
+  job's stdout. The name changes with the java binary and with any of Spark's jars.
 - MQBATCH_JVM_CDS=off: never; =DIR: archives live in DIR (default: build/cds in a
   checkout, else ~/.cache/mqbatch/cds).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pathlib
 import shlex
-import shutil
 import subprocess
 
 ENV = "MQBATCH_JVM_CDS"
 QUIET = "-Xlog:cds*=off"  # the JVM's notes on archives (a mismatch, classes it skips) go to stdout
+WRITE_LOG = "-Xlog:cds*=error"  # while writing: the reason the JVM could not, nothing else
+KEEP = 3  # archives a folder keeps (the newest): one per Java and Spark installation
+_SHARING = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:+AutoCreateSharedArchive")
 
 
-def java() -> pathlib.Path | None:
-    """The java that spark-submit runs: $JAVA_HOME/bin/java, else java on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (pathlib.Path(home) / "bin" / "java").is_file():
-        return pathlib.Path(home) / "bin" / "java"
-    found = shutil.which("java")
-    return pathlib.Path(found) if found else None
+class CdsError(Exception):
+    """Why no archive can be written here (one line)."""
 
 
 def directory() -> pathlib.Path | None:
-    """Where archives live, or None when $MQBATCH_JVM_CDS is `off`."""
+    """Where archives live, or None when $MQBATCH_JVM_CDS is `off` (or there is no home)."""
     setting = os.environ.get(ENV, "")
     if setting.lower() == "off":
         return None
@@ -50,92 +51,137 @@ def directory() -> pathlib.Path | None:
         return pathlib.Path(setting)
     from mqbatch.util.paths import cache_dir
 
-    return cache_dir("cds")
+    try:
+        return cache_dir("cds")
+    except RuntimeError:  # Path.home(): no home directory
+        return None
 
 
 def archive() -> pathlib.Path | None:
     """This Java's and this Spark's archive (whether it exists or not); None without java
     or when off. Its name changes with the java binary and with any of Spark's jars."""
-    from mqbatch.spark.jvm import spark_jars_dir
+    from mqbatch.spark.jvm import jdk_tool, spark_jars_dir
 
-    where, exe = directory(), java()
-    if where is None or exe is None:
+    where, found = directory(), jdk_tool("java")
+    if where is None or found is None:
         return None
-    exe = exe.resolve()
+    exe = pathlib.Path(found).resolve()
     jars = spark_jars_dir().resolve()
     parts = [f"{exe}:{exe.stat().st_size}:{exe.stat().st_mtime_ns}", str(jars)]
     parts += sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
     return where / f"spark-{hashlib.sha256(chr(10).join(parts).encode()).hexdigest()[:16]}.jsa"
 
 
-def _conf_dir_has_files() -> bool:
-    conf = os.environ.get("SPARK_CONF_DIR")
-    return conf is not None and os.path.isdir(conf) and any(os.scandir(conf))
+def chooses_sharing(submit_opts: str | None) -> bool:
+    """Whether JVM options (SPARK_SUBMIT_OPTS) already say how to share classes."""
+    try:
+        words = shlex.split(submit_opts or "")
+    except ValueError:
+        return True  # unparsable: leave them alone
+    return any(w.startswith(_SHARING) for w in words)
 
 
-def java_options(create: bool = False) -> tuple[list[str], pathlib.Path | None]:
-    """(JVM options, pending): map the archive when it exists; else, with `create`, write it
-    at the JVM's exit into `pending`, a temporary file that finish() renames into place."""
+def map_options(submit_opts: str | None = None) -> list[str]:
+    """The JVM options that map this installation's archive: none when there is none, when it
+    is not trusted (not this user's, or in a folder others can write), or when
+    `submit_opts` (the caller's SPARK_SUBMIT_OPTS) choose sharing themselves, or when a JVM
+    does not start with it (loads: 0.2 s; a cut archive would crash the job's JVM)."""
+    path = archive()
+    if path is None or not path.is_file() or chooses_sharing(submit_opts) or not _trusted(path):
+        return []
+    if not loads(path):
+        return []
+    return [f"-XX:SharedArchiveFile={path}", QUIET]
+
+
+def _trusted(path: pathlib.Path) -> bool:
+    for p in (path, path.parent):
+        st = p.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
+def _class_path_folder() -> str | None:
+    """The Spark configuration folder spark-submit puts on the class path, when it holds files."""
+    conf = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
+    )
+    return conf if conf and os.path.isdir(conf) and any(os.scandir(conf)) else None
+
+
+def write_options() -> tuple[list[str], pathlib.Path, int]:
+    """For `mqbatch spark --prepare`: (JVM options, pending, lock): the JVM writes this
+    installation's archive into `pending` at its exit; finish() puts it in place. Holds the
+    folder's exclusive lock (a second prepare fails at once). CdsError says why not."""
+    from mqbatch.util.private import open_private, private_dir
+
     path = archive()
     if path is None:
-        return [], None
-    if path.is_file():
-        return [f"-XX:SharedArchiveFile={path}", QUIET], None
-    if not create or _conf_dir_has_files():
-        return [], None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(path)
-    pending = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    return [f"-XX:ArchiveClassesAtExit={pending}", QUIET], pending
+        raise CdsError(f"{ENV}=off" if directory() is None else "no java (JAVA_HOME/bin/java, or java on PATH)")
+    folder = _class_path_folder()
+    if folder:
+        raise CdsError(f"{folder} holds files and is on the JVM's class path: a JVM cannot write an archive then")
+    if chooses_sharing(os.environ.get("SPARK_SUBMIT_OPTS")):
+        raise CdsError("SPARK_SUBMIT_OPTS choose class-data sharing themselves (-Xshare, an archive)")
+    try:
+        private_dir(path.parent, tighten=True)
+        lock = open_private(path.parent / ".lock", os.O_RDWR | os.O_CREAT)
+    except OSError as e:
+        raise CdsError(f"cannot use {path.parent}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise CdsError(f"another `mqbatch spark --prepare` is writing into {path.parent}") from None
+    for stale in path.parent.glob("*.jsa.tmp"):  # of a prepare that died: no other writer holds the lock
+        stale.unlink(missing_ok=True)
+    pending = path.with_name(path.name + ".tmp")
+    return [f"-XX:ArchiveClassesAtExit={pending}", WRITE_LOG], pending, lock
 
 
-def finish(pending: pathlib.Path | None, ok: bool) -> pathlib.Path | None:
-    """After the JVM given java_options(create=True) ended: its archive in place when the run
-    succeeded and the JVM wrote one that a JVM loads (returned), else the temporary file
-    removed (None). A cut archive (a full disk, a JVM killed while it wrote) is never put in
-    place: every JVM that mapped it would crash (SIGBUS)."""
-    if pending is None:
-        return None
-    if ok and pending.is_file() and loads(pending):
-        final = pending.with_name(pending.name.rsplit(".", 2)[0])
+def finish(pending: pathlib.Path, lock: int, ok: bool) -> str | None:
+    """After the JVM given write_options() ended: its archive in place (0600) when the run
+    succeeded (`ok`) and a JVM starts with what it wrote; older archives beyond KEEP
+    removed; the lock released. Returns None when done, else why not (the pending file
+    is removed: a cut archive crashes every JVM that maps it)."""
+    try:
+        if not ok:
+            return "the run failed"
+        if not pending.is_file() or pending.stat().st_size == 0:
+            return "the JVM wrote no archive"
+        if not loads(pending):
+            return "a JVM does not start with what it wrote (cut or damaged)"
+        os.chmod(pending, 0o600)
+        final = pending.with_name(pending.name.removesuffix(".tmp"))
         os.replace(pending, final)
-        return final
-    pending.unlink(missing_ok=True)
-    return None
+        for old in sorted(final.parent.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP:]:
+            old.unlink(missing_ok=True)
+        return None
+    finally:
+        pending.unlink(missing_ok=True)
+        os.close(lock)
 
 
 def loads(path: pathlib.Path) -> bool:
     """Whether a JVM starts with this archive (`java -version`: its class path does not fit,
     so the JVM reads the archive's header and regions, then runs without it). About 0.2 s."""
-    exe = java()
+    from mqbatch.spark.jvm import jdk_tool
+
+    exe = jdk_tool("java")
     if exe is None or not path.is_file() or path.stat().st_size == 0:
         return False
     flags = [f"-XX:SharedArchiveFile={path}", QUIET, "-XX:-CreateCoredumpOnCrash", "-XX:ErrorFile=/dev/null"]
-    proc = subprocess.run([str(exe), *flags, "-version"], capture_output=True, timeout=120)
-    return proc.returncode == 0
-
-
-def _remove_abandoned(path: pathlib.Path) -> None:
-    """Temporary archives of runs that died before finish() (their process is gone)."""
-    for tmp in path.parent.glob(f"{path.name}.*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[1]
-        if pid.isdigit() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return subprocess.run([exe, *flags, "-version"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
-def with_options(existing: str | None, options: list[str]) -> str:
-    """SPARK_SUBMIT_OPTS: what the caller had, then `options` (quoted as spark-submit parses them)."""
-    return " ".join(([existing] if existing else []) + [shlex.quote(o) for o in options])
+def with_options(options: list[str], submit_opts: str | None) -> str:
+    """SPARK_SUBMIT_OPTS: `options` (quoted as spark-submit parses them), then the caller's
+    own (`submit_opts`), which win where both set the same thing (the JVM takes the last)."""
+    return " ".join([shlex.quote(o) for o in options] + ([submit_opts] if submit_opts else []))
 
 
 SAMPLE_T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

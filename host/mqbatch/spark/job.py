@@ -26,7 +26,7 @@ def _submit_opts(options: list[str]):
     """SPARK_SUBMIT_OPTS with `options` added while pyspark launches the JVM, then as it was."""
     before = os.environ.get("SPARK_SUBMIT_OPTS")
     if options:
-        os.environ["SPARK_SUBMIT_OPTS"] = cds.with_options(before, options)
+        os.environ["SPARK_SUBMIT_OPTS"] = cds.with_options(options, before)
     try:
         yield
     finally:
@@ -50,7 +50,7 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
         jars = jvm.with_jar(conf_items.pop("spark.jars", None))
         if jars:
             launch.set("spark.jars", jars)
-        with _submit_opts(cds.java_options()[0]):
+        with _submit_opts(cds.map_options(os.environ.get("SPARK_SUBMIT_OPTS"))):
             SparkContext._ensure_initialized(conf=launch)
     SparkContext._ensure_initialized()
     conf = SparkConf()

@@ -78,11 +78,16 @@ def cache_dir() -> pathlib.Path:
     return mqbatch_cache("jvm")
 
 
-def _javac() -> str | None:
+def jdk_tool(name: str) -> str | None:
+    """A JDK tool (java, javac) as spark-submit finds java: $JAVA_HOME/bin/NAME, else NAME on PATH."""
     home = os.environ.get("JAVA_HOME")
-    if home and (pathlib.Path(home) / "bin" / "javac").is_file():
-        return str(pathlib.Path(home) / "bin" / "javac")
-    return shutil.which("javac")
+    if home and (pathlib.Path(home) / "bin" / name).is_file():
+        return str(pathlib.Path(home) / "bin" / name)
+    return shutil.which(name)
+
+
+def _javac() -> str | None:
+    return jdk_tool("javac")
 
 
 def jar_name(source: bytes, classpath: list[pathlib.Path]) -> str:

@@ -72,9 +72,10 @@ def submit_env(
     log_config: pathlib.Path | None, fast_path: pathlib.Path | None, java_options: list[str] | None = None
 ) -> dict[str, str]:
     """The variables spark-submit needs, whatever the calling shell has (or lacks). The
-    driver JVM's options go in SPARK_SUBMIT_OPTS after the caller's own: the log
-    configuration (`log_config`), then `java_options` (mqbatch.spark.cds). Without the fast
-    path's jar (this command said why) the job is told not to say it again."""
+    driver JVM's options go in SPARK_SUBMIT_OPTS: the log configuration (`log_config`), then
+    `java_options` (mqbatch.spark.cds), then the caller's own, which win (the JVM takes the
+    last of an option). Without the fast path's jar (this command said why) the job is told
+    not to say it again."""
     from mqbatch.spark import cds, jvm
 
     env = {
@@ -86,7 +87,7 @@ def submit_env(
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     options = ([f"-Dlog4j2.configurationFile={log_config}"] if log_config is not None else []) + (java_options or [])
     if options or os.environ.get("SPARK_SUBMIT_OPTS"):
-        env["SPARK_SUBMIT_OPTS"] = cds.with_options(os.environ.get("SPARK_SUBMIT_OPTS"), options)
+        env["SPARK_SUBMIT_OPTS"] = cds.with_options(options, os.environ.get("SPARK_SUBMIT_OPTS"))
     if fast_path is None:
         env[jvm.OFF_SAID] = "1"
     return env
