@@ -66,7 +66,10 @@ def archive() -> pathlib.Path | None:
     if where is None or found is None:
         return None
     exe = pathlib.Path(found).resolve()
-    jars = spark_jars_dir().resolve()
+    try:
+        jars = spark_jars_dir().resolve()
+    except ImportError:  # no pyspark: `mqbatch spark` says so itself, in one line
+        return None
     parts = [f"{exe}:{exe.stat().st_size}:{exe.stat().st_mtime_ns}", str(jars)]
     parts += sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
     return where / f"spark-{hashlib.sha256(chr(10).join(parts).encode()).hexdigest()[:16]}.jsa"
