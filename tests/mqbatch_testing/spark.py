@@ -36,10 +36,10 @@ def cds_archive(skip: bool = True) -> pathlib.Path | None:
     test targets set it), else a skip saying why (or, skip=False, None and a printed note)."""
     from mqbatch.spark import cds
 
-    path = cds.archive()
-    if path is not None and path.is_file():
+    path = cds.written()
+    if path is not None:
         return path
-    why = f"no class-data archive at {path} (`make spark-prepare` writes it)"
+    why = f"no class-data archive at {cds.archive()} (`make spark-prepare` writes it)"
     if os.environ.get("MQBATCH_REQUIRE_CDS"):
         pytest.fail(f"{why}, and MQBATCH_REQUIRE_CDS is set")
     if skip:

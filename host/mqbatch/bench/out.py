@@ -66,7 +66,7 @@ def machine() -> dict:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         # extra options of every JVM spark-submit starts (the test suite sets C1-only JIT)
         "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS") or None,
-        # the Spark JVMs' class-data archive (mqbatch.spark.cds): mapped when it exists
+        # the Spark JVMs' class-data archive (mqbatch.spark.cds), when one had been written
         "jvm_cds_archive": _cds_archive(),
     }
 
@@ -74,8 +74,8 @@ def machine() -> dict:
 def _cds_archive() -> str | None:
     from mqbatch.spark import cds
 
-    path = cds.archive()
-    return str(path) if path is not None and path.is_file() else None
+    path = cds.written()
+    return None if path is None else str(path)
 
 
 def versions() -> dict:

@@ -49,7 +49,7 @@ def _provenance(r: dict) -> str:
             else ""
         )
         + (
-            "; the JVM maps a class-data archive (mqbatch.spark.cds)"
+            "; a class-data archive was written for the JVM to map (mqbatch.spark.cds)"
             if m.get("jvm_cds_archive") and r.get("target") in ("spark", "latency")
             else ""
         )

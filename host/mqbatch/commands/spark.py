@@ -106,10 +106,11 @@ def prepare(args: argparse.Namespace) -> int:
         )
         return 2
     started = time.monotonic()
-    path = cds.archive()
-    if path is not None and path.is_file() and cds.loads(path):
-        print(f"mqbatch spark: prepared already: {path}", file=sys.stderr)
+    done = cds.written()
+    if done is not None and cds.loads(done):
+        print(f"mqbatch spark: prepared already: {done}", file=sys.stderr)
         return 0
+    path = cds.archive()
     try:
         options, pending, lock = cds.write_options()
     except cds.CdsError as e:

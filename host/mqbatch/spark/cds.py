@@ -75,6 +75,12 @@ def archive() -> pathlib.Path | None:
     return where / f"spark-{hashlib.sha256(chr(10).join(parts).encode()).hexdigest()[:16]}.jsa"
 
 
+def written() -> pathlib.Path | None:
+    """This installation's archive when one has been written (by `mqbatch spark --prepare`)."""
+    path = archive()
+    return path if path is not None and path.is_file() else None
+
+
 def chooses_sharing(submit_opts: str | None) -> bool:
     """Whether JVM options (SPARK_SUBMIT_OPTS) already say how to share classes."""
     try:
@@ -89,8 +95,8 @@ def map_options(submit_opts: str | None = None) -> list[str]:
     is not trusted (not this user's, or in a folder others can write), or when
     `submit_opts` (the caller's SPARK_SUBMIT_OPTS) choose sharing themselves, or when a JVM
     does not start with it (loads: 0.2 s; a cut archive would crash the job's JVM)."""
-    path = archive()
-    if path is None or not path.is_file() or chooses_sharing(submit_opts) or not _trusted(path):
+    path = written()
+    if path is None or chooses_sharing(submit_opts) or not _trusted(path):
         return []
     if not loads(path):
         return []
@@ -106,11 +112,12 @@ def _trusted(path: pathlib.Path) -> bool:
 
 
 def _class_path_folder() -> str | None:
-    """The Spark configuration folder spark-submit puts on the class path, when it holds files."""
-    conf = os.environ.get("SPARK_CONF_DIR") or (
-        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
-    )
-    return conf if conf and os.path.isdir(conf) and any(os.scandir(conf)) else None
+    """The Spark configuration folder spark-submit puts on the class path ($SPARK_CONF_DIR, else
+    conf/ beside the jars of the Spark it runs), when it holds files."""
+    from mqbatch.spark.jvm import spark_jars_dir
+
+    conf = os.environ.get("SPARK_CONF_DIR") or str(spark_jars_dir().parent / "conf")
+    return conf if os.path.isdir(conf) and any(os.scandir(conf)) else None
 
 
 def write_options() -> tuple[list[str], pathlib.Path, int]:
