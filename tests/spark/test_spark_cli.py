@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -300,6 +301,51 @@ def test_example_job_writes_readings_partitioned_by_date_and_device(spark, tmp_p
         assert not_utc_micros(tmp_path / table) == [], table
 
 
+# -- streaming: one job per checkpoint ----------------------------------------------------
+
+HELD = "another job is streaming with the checkpoint {} (its .lock is held); stop it first or give --checkpoint another folder"
+
+
+def test_a_held_checkpoint_is_refused_by_the_command_and_by_the_job_before_a_jvm_starts(tmp_path, capsys):
+    """`mqbatch spark --stream` refuses a checkpoint another job holds before spark-submit
+    starts a JVM; the job (spark-submit by hand) refuses it before its SparkContext. The
+    command's check lets the lock go, so the job it starts can take it."""
+    import fcntl
+
+    from mqbatch import cli
+    from mqbatch.spark import job, stream
+
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    checkpoint = out / "_checkpoint"
+    stream.check_checkpoint_free(str(out), None)  # free: checked, created, let go
+    assert (checkpoint / ".lock").is_file() and oct(out.stat().st_mode & 0o777) == "0o700"
+    fd = os.open(checkpoint / ".lock", os.O_RDWR)  # another job's lock (its own open file)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the check had kept it
+        argv = ["--landing", str(landing), "--out", str(out), "--stream"]
+        assert cli.main(["spark", *argv]) == 1
+        assert capsys.readouterr().err.splitlines() == ["mqbatch spark: " + HELD.format(checkpoint)]
+        for mode in ("--stream", "--once"):
+            with pytest.raises(SystemExit, match="^telemetry_job: " + re.escape(HELD.format(checkpoint)) + "$"):
+                job.main(["--landing", str(landing), "--out", str(out), mode])
+    finally:
+        os.close(fd)
+    key = os.path.realpath(checkpoint)
+    stream.lock_checkpoint(str(checkpoint))  # held by this process already: the check keeps it
+    try:
+        stream.check_checkpoint_free(str(out), None)
+        assert key in stream._HELD
+        other = os.open(checkpoint / ".lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    finally:
+        os.close(stream._HELD.pop(key))
+
+
 # -- streaming: SIGKILL of the command itself (issue 22.4) ---------------------------------
 
 
@@ -321,10 +367,14 @@ def test_sigkill_of_mqbatch_spark_stream_leaves_no_jvm_and_the_restart_reports_a
         want = json.loads((out / "report.json").read_text())
         assert want["landed"] == 6 and want["records"]["unique"] == 8
 
+        # refused in one line by mqbatch spark itself, before spark-submit starts a JVM (the
+        # job's own refusal, for a spark-submit run by hand: test_the_job_refuses_a_held_checkpoint...)
         second = subprocess.run([MQBATCH, "spark", *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert second.returncode != 0
-        assert f"another job is streaming with the checkpoint {out}/_checkpoint" in second.stderr, second.stderr[-3000:]
-        assert "SparkContext" not in second.stderr and "Traceback" not in second.stderr, second.stderr[-3000:]
+        assert second.returncode == 1, second.stderr[-3000:]
+        assert second.stderr.splitlines() == [
+            f"mqbatch spark: another job is streaming with the checkpoint {out}/_checkpoint (its .lock is held); "
+            "stop it first or give --checkpoint another folder"
+        ], second.stderr[-3000:]
     except BaseException:
         job.proc.kill()  # a failed check leaves no stream behind (the JVM dies with the command)
         raise

@@ -26,7 +26,7 @@ import time
 
 from mqbatch.commands.report import HtmlReport
 from mqbatch.spark.options import add_arguments, check_paths
-from mqbatch.spark.stream import REPORT_WRITTEN
+from mqbatch.spark.stream import REPORT_WRITTEN, check_checkpoint_free
 from mqbatch.spark.submit import build_pyfiles, run_child, submit_command, submit_env, write_log_config
 from mqbatch.util.paths import ROOT
 from mqbatch.util.procs import stop_signals_interrupt
@@ -62,6 +62,12 @@ def run(args: argparse.Namespace, java_options: list[str] | None = None) -> int:
         return 2
     if not args.print_command:  # a printed command may name paths of another machine (a cluster)
         check_paths(args)
+        if args.stream or args.once:  # a second stream on a checkpoint: refused before a JVM starts
+            try:
+                check_checkpoint_free(args.out, args.checkpoint)
+            except SystemExit as e:
+                print(str(e).replace("telemetry_job: ", "mqbatch spark: ", 1), file=sys.stderr)
+                return 1
     if java_options is None:
         java_options = [] if args.print_command else cds.map_options(os.environ.get("SPARK_SUBMIT_OPTS"))
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]

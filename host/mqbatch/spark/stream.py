@@ -21,7 +21,8 @@ replays that batch; report.json only ever counts committed batches); a stop
 between a commit and its rename leaves report.json to settle_report (without Spark: on the
 way out after a stop signal, and at the restart, which also rewrites report.json from the
 committed state before anything else), and one stream at a time holds the checkpoint
-(CHECKPOINT/.lock, an flock the kernel drops when its holder dies)."""
+(CHECKPOINT/.lock, an flock the kernel drops when its holder dies; `mqbatch spark` checks
+it before spark-submit starts a JVM)."""
 
 from __future__ import annotations
 
@@ -348,6 +349,19 @@ def lock_checkpoint(checkpoint: str) -> int:
         ) from None
     _HELD[key] = fd
     return fd
+
+
+def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
+    """What the job does first (its --out a 0700 folder, lock_checkpoint), but the lock is let go
+    at once: `mqbatch spark` refuses a second stream on a checkpoint in one line before
+    spark-submit starts a JVM (the job then takes the lock itself, and holds it)."""
+    private_dir(out)
+    path = checkpoint or f"{out}/_checkpoint"
+    key = os.path.realpath(path)
+    held = key in _HELD
+    lock_checkpoint(path)
+    if not held:
+        os.close(_HELD.pop(key))
 
 
 @contextlib.contextmanager
