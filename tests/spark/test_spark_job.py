@@ -413,6 +413,8 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batc
     monkeypatch.setattr(stream, "_report_of", noting_records)
     job.run_stream(spark, str(landing_dir), str(out), opts)
     assert in_records[0] == [stream._tag(0)], in_records  # batch 0's own report: its rows already there
+    # ... and the only one: the run's last report.json is batch 0's (stream._current_report)
+    assert len(in_records) == 1, in_records
     keys = [(r["device"], r["boot"], r["seq"]) for r in _read(spark, out / "records", "device", "boot", "seq")]
     assert keys == [("dev-a", 1, s) for s in (0, 1, 2, 3, 4, 5, 8, 9)]  # the redelivered copy dropped
 
@@ -424,7 +426,9 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batc
     started = time.monotonic()
     report = job.run_stream(spark, str(landing_dir), str(out), opts)
     print(f"stream run over one new landing file: {time.monotonic() - started:.1f} s")
+    assert len(in_records) == 2, in_records  # batch 1's report only: none at the restart, none at the end
     job.run_stream(spark, str(landing_dir), str(out), opts)  # nothing new: nothing written twice
+    assert len(in_records) == 2, in_records  # ... nor a report computed again
 
     batch_out, batch_report = batch_default  # the same two files, read by the batch job
     assert report == batch_report == expected_report(False)
@@ -514,6 +518,59 @@ def test_a_batch_moved_into_place_but_not_committed_is_neither_reported_nor_kept
     final = job.run_stream(spark, str(landing_dir), str(out), opts)
     assert at_replay and at_replay[0] == (1, first, []), at_replay[:1]
     assert final == expected_report(False) and moved()
+
+
+def test_report_json_is_reused_only_when_it_is_the_one_written_for_the_newest_commit(tmp_path):
+    """A stream run with nothing new (and every restart) took report.json as current only if
+    it is, byte for byte, what the job wrote after the newest commit for these options; any
+    other report.json is computed again. Without Spark: the check reads files only."""
+    import dataclasses
+
+    from mqbatch.spark import stream
+    from mqbatch.spark.files import skipped_report
+    from mqbatch.spark.options import JobOptions
+
+    out, landing = tmp_path / "out", tmp_path / "landing"
+    (out / "_batches").mkdir(parents=True)
+    landing.mkdir()
+    opts = JobOptions(reorder_window=3)
+
+    def commit(batch_id):
+        (out / "_batches" / f"{batch_id:010d}.json").write_text(json.dumps({"batch_id": batch_id}))
+
+    def reported(report):
+        stream.write_report(report, out)
+        stream._note_reported(out)
+        return report
+
+    commit(0)
+    want = reported(
+        {"options": opts.report_dict(), "landed": 6, "skipped_landing_entries": skipped_report(str(landing))}
+    )
+    assert stream._current_report(out, opts, str(landing)) == want
+    no_landing = {k: v for k, v in want.items() if k != "skipped_landing_entries"}
+    assert stream._current_report(out, opts, None) == no_landing
+
+    (out / stream.REPORT_STATE).unlink()  # a stop before the state was written
+    assert stream._current_report(out, opts, str(landing)) is None
+    reported(want)
+    (out / "report.json").write_text(json.dumps(want, indent=1))  # the same report, other bytes
+    assert stream._current_report(out, opts, str(landing)) is None
+    reported(want)
+    commit(1)  # a batch committed after it
+    assert stream._current_report(out, opts, str(landing)) is None
+    reported(want)
+    assert stream._current_report(out, dataclasses.replace(opts, reorder_window=4), str(landing)) is None
+    (out / stream.REPORT_STATE).write_text("[1, 2]")  # not a state this job writes
+    assert stream._current_report(out, opts, str(landing)) is None
+
+    reported(want)
+    (landing / "_notes").mkdir()  # a new skipped entry: counted again, no Spark; report.json rewritten
+    got = stream._current_report(out, opts, str(landing))
+    assert got == dict(want, skipped_landing_entries=skipped_report(str(landing)))
+    assert got["skipped_landing_entries"]["count"] == 1
+    assert json.loads((out / "report.json").read_text()) == got
+    assert stream._current_report(out, opts, str(landing)) == got  # and current again
 
 
 def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):

@@ -20,7 +20,8 @@ restart first deletes the files of a batch moved into place but not committed, t
 replays that batch; report.json only ever counts committed batches); a stop
 between a commit and its rename leaves report.json to settle_report (without Spark: on the
 way out after a stop signal, and at the restart, which also rewrites report.json from the
-committed state before anything else), and one stream at a time holds the checkpoint
+committed state before anything else, unless it is byte for byte the one written after the
+newest commit: REPORT_STATE), and one stream at a time holds the checkpoint
 (CHECKPOINT/.lock, an flock the kernel drops when its holder dies; `mqbatch spark` checks
 it before spark-submit starts a JVM)."""
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import pathlib
@@ -120,12 +122,58 @@ def drop_uncommitted_outputs(out: pathlib.Path) -> int:
 
 def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str | None = None) -> dict:
     """report.json of everything the stream has committed so far, written (while no batch runs:
-    the outputs of a batch without a commit are dropped first, drop_uncommitted_outputs)."""
+    the outputs of a batch without a commit are dropped first, drop_uncommitted_outputs).
+    When report.json is the one this job wrote for the same commits and options
+    (_current_report), it is not computed again: a run with nothing new reads no history."""
     out_p = pathlib.Path(out)
     drop_uncommitted_outputs(out_p)
-    bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
-    report = _report_of(spark, [out_p / "_decoded"], bad, opts, landing)
-    write_report(report, out_p)
+    report = _current_report(out_p, opts, landing)
+    if report is None:
+        bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
+        report = _report_of(spark, [out_p / "_decoded"], bad, opts, landing)
+        write_report(report, out_p)
+        _note_reported(out_p)
+    return report
+
+
+# what report.json was computed from, written after it took effect: the commits (how many and
+# the newest) and the SHA-256 of report.json as written. A stop before it leaves the older one:
+# the report is computed again.
+REPORT_STATE = ".report-state.json"
+
+
+def _commits_mark(out: pathlib.Path) -> list:
+    names = sorted(p.name for p in (out / "_batches").glob("*.json"))
+    return [len(names), names[-1] if names else None]
+
+
+def _note_reported(out: pathlib.Path) -> None:
+    digest = hashlib.sha256((out / "report.json").read_bytes()).hexdigest()
+    write_private(out / REPORT_STATE, json.dumps({"commits": _commits_mark(out), "report_sha256": digest}) + "\n")
+
+
+def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) -> dict | None:
+    """report.json when it is exactly what this job wrote after the newest commit (REPORT_STATE:
+    same commits, same bytes) for the same options, else None. Its skipped landing entries are
+    counted again (no Spark) and report.json rewritten if they changed."""
+    try:
+        state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
+        data = (out / "report.json").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("commits") != _commits_mark(out):
+        return None
+    if state.get("report_sha256") != hashlib.sha256(data).hexdigest():
+        return None
+    report = json.loads(data)
+    if report.get("options") != json.loads(json.dumps(opts.report_dict())):
+        return None
+    if landing is None:
+        report.pop("skipped_landing_entries", None)
+    elif report.get("skipped_landing_entries") != (skipped := landing_files.skipped_report(landing)):
+        report["skipped_landing_entries"] = skipped
+        write_report(report, out)
+        _note_reported(out)
     return report
 
 
@@ -247,6 +295,7 @@ def process_batch(
     private_dir(commit.parent)
     write_private(commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1))
     _promote(waiting, out_p)
+    _note_reported(out_p)
     shutil.rmtree(staging, ignore_errors=True)
     if checkpoint is not None:
         make_private(checkpoint)
