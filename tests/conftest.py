@@ -32,7 +32,9 @@ TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1"
 # writes it first with `mqbatch spark --prepare`): a JVM's start-up then takes about 10 s
 # less CPU. Installed copies of mqbatch that tests make use the same archives (MQBATCH_JVM_CDS).
 os.environ.setdefault("MQBATCH_JVM_CDS", str(ROOT / "build" / "cds"))
-os.environ.setdefault("SPARK_SUBMIT_OPTS", cds.with_options(cds.map_options(), TEST_JVM_OPTS))
+if "SPARK_SUBMIT_OPTS" not in os.environ:  # (set: by the caller, or inherited by an xdist worker)
+    # map_options() starts a JVM to see that the archive loads: once per run, not once per worker
+    os.environ["SPARK_SUBMIT_OPTS"] = cds.with_options(cds.map_options(), TEST_JVM_OPTS)
 
 
 # -- test tiers (docs/testing.md; checked by tests/test_tiers.py) --------------------------

