@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -395,7 +396,7 @@ def test_batch_drops_later_copies_without_the_broadcast_hint_too(
 
 
 @pytest.mark.slow
-def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default, monkeypatch):
+def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batch_default, monkeypatch, capsys):
     """Also time to table (issue 24): a micro-batch's rows are in records/ before its report
     is computed (the report reads the stream's whole history: its cost grows run after run)."""
     from mqbatch.spark import stream
@@ -436,6 +437,12 @@ def test_stream_is_exactly_once_across_runs(job, spark, scenario, tmp_path, batc
     stream_recs = [{k: r[k] for k in cols} for r in _read(spark, out / "records", "device", "boot", "seq")]
     batch_recs = [{k: r[k] for k in cols} for r in _read(spark, batch_out / "records", "device", "boot", "seq")]
     assert stream_recs == batch_recs and len(stream_recs) == 16
+    # each micro-batch's line counts what it wrote (observed while writing): they add up to the outputs
+    lines = re.findall(r"^batch \d+: .*$", capsys.readouterr().out, re.M)
+    done = [re.search(r"(\d+) landed rows, (\d+) new records, (\d+) quarantined rows", x) for x in lines]
+    done = [tuple(map(int, m.groups())) for m in done if m]
+    assert len(done) == 2, lines
+    assert [sum(col) for col in zip(*done)] == [report["landed"], len(stream_recs), report["quarantine"]["rows"]], done
     q_cols = ["segment", "offset", "sub_index", "reason", "payload"]
     assert [{k: q[k] for k in q_cols} for q in _read(spark, out / "quarantine", *q_cols[:3])] == [
         {k: q[k] for k in q_cols} for q in _read(spark, batch_out / "quarantine", *q_cols[:3])

@@ -39,7 +39,7 @@ import time
 import urllib.parse
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from mqbatch.spark import files as landing_files
@@ -262,20 +262,23 @@ def process_batch(
         unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts)
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
-        write_outputs(decoded, unique, str(staging))
+        # the batch's counts are observed while its outputs are written (no Spark job of their own)
+        written, seen = Observation("records"), Observation("decoded")
+        write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
         (
-            decoded.withColumn("payload", F.lit(None).cast("binary"))
+            decoded.observe(
+                seen,
+                F.sum(F.col("landed_first").cast("long")).alias("landed"),
+                F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined"),
+            )
+            .withColumn("payload", F.lit(None).cast("binary"))
             .withColumn("sub_payload", F.lit(None).cast("binary"))
             .write.mode("overwrite")
             .parquet(str(staging / "_decoded"))
         )
-        counts = decoded.agg(
-            F.sum(F.col("landed_first").cast("long")).alias("landed"),
-            F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined"),
-        ).collect()[0]
+        counts, n_records = seen.get, written.get["records"]
     finally:
         decoded.unpersist()
-    n_records = spark.read.parquet(str(staging / "records")).count() if _has_parquet(staging / "records") else 0
     make_private(staging)  # before the files move into place
     # the rows are readable in records/ now, before the report (whose cost grows with the
     # stream's history): a restart before the commit deletes them (step 2) and writes the same
