@@ -346,6 +346,59 @@ def test_a_held_checkpoint_is_refused_by_the_command_and_by_the_job_before_a_jvm
         os.close(stream._HELD.pop(key))
 
 
+def test_a_checkpoint_that_is_a_file_or_a_url_is_refused_in_one_line(tmp_path):
+    """Before: a traceback (NotADirectoryError) and the file chmod-ed to 0700; a URL made a
+    local folder named `hdfs:`."""
+    from mqbatch import cli
+
+    landing, out, a_file = tmp_path / "landing", tmp_path / "out", tmp_path / "notes.txt"
+    landing.mkdir()
+    a_file.write_text("not a folder\n")
+    a_file.chmod(0o644)
+    argv = ["spark", "--landing", str(landing), "--out", str(out), "--once", "--checkpoint"]
+    with pytest.raises(
+        SystemExit, match=f"^mqbatch spark: --checkpoint '{re.escape(str(a_file))}' exists and is not a directory$"
+    ):
+        cli.main([*argv, str(a_file)])
+    assert oct(a_file.stat().st_mode & 0o777) == "0o644"
+    with pytest.raises(SystemExit, match="^mqbatch spark: --checkpoint must be a local folder"):
+        cli.main([*argv, "hdfs://namenode/checkpoints/telemetry"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["landing", "notes.txt"]
+
+
+def test_commits_of_another_checkpoint_are_refused_not_skipped_as_already_committed(tmp_path, capsys):
+    """Spark numbers micro-batches per checkpoint: a new (or emptied) checkpoint on an --out with
+    commits started again at batch 0, and every batch whose id had a commit was skipped as
+    "already committed": its files never processed. Now refused in one line, before a JVM."""
+    from mqbatch import cli
+    from mqbatch.spark import stream
+
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    first = out / "_checkpoint"
+    stream.check_same_checkpoint(str(out), str(first))  # a new stream: notes its checkpoint
+    assert (out / stream.STREAM_CHECKPOINT).read_text() == f"{first}\n"
+    (out / "_batches").mkdir()
+    (out / "_batches" / "0000000000.json").write_text("{}")  # batch 0 committed ...
+    (first / "landing" / "offsets").mkdir(parents=True)
+    (first / "landing" / "offsets" / "0").write_text("v1")  # ... by the stream of this checkpoint
+    stream.check_same_checkpoint(str(out), str(first))  # its restart: fine
+
+    argv = ["spark", "--landing", str(landing), "--out", str(out), "--once"]
+    other = tmp_path / "elsewhere"
+    assert cli.main([*argv, "--checkpoint", str(other)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"mqbatch spark: --out {out} holds the commits of the stream with the checkpoint {first}, not {other}: "
+        f"give --checkpoint {first}, or another --out"
+    ]
+    shutil.rmtree(first / "landing")  # the stream's own checkpoint, emptied
+    assert cli.main(argv) == 1
+    assert "has no stream state (new or emptied)" in capsys.readouterr().err
+    (out / stream.STREAM_CHECKPOINT).unlink()  # an --out written before the note existed: the same
+    with pytest.raises(SystemExit, match="has no stream state"):
+        stream.check_same_checkpoint(str(out), str(other))
+
+
 # -- streaming: SIGKILL of the command itself (issue 22.4) ---------------------------------
 
 

@@ -570,6 +570,11 @@ def test_report_json_is_reused_only_when_it_is_the_one_written_for_the_newest_co
     assert stream._current_report(out, dataclasses.replace(opts, reorder_window=4), str(landing)) is None
     (out / stream.REPORT_STATE).write_text("[1, 2]")  # not a state this job writes
     assert stream._current_report(out, opts, str(landing)) is None
+    reported(want)
+    state = json.loads((out / stream.REPORT_STATE).read_text())
+    assert state["code_sha256"] == stream._report_code() is not None
+    (out / stream.REPORT_STATE).write_text(json.dumps(dict(state, code_sha256="0" * 64)))  # other code wrote it
+    assert stream._current_report(out, opts, str(landing)) is None
 
     reported(want)
     (landing / "_notes").mkdir()  # a new skipped entry: counted again, no Spark; report.json rewritten
@@ -578,6 +583,23 @@ def test_report_json_is_reused_only_when_it_is_the_one_written_for_the_newest_co
     assert got["skipped_landing_entries"]["count"] == 1
     assert json.loads((out / "report.json").read_text()) == got
     assert stream._current_report(out, opts, str(landing)) == got  # and current again
+
+
+def test_metrics_spark_never_delivers_are_none_after_the_wait_not_a_hang(spark, monkeypatch):
+    """A micro-batch's counts are observed while it writes (stream._observed); Observation.get
+    alone waits for ever for metrics that never come. Here: a DataFrame no action ran on."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from mqbatch.spark import stream
+
+    monkeypatch.setattr(stream, "OBSERVED_WAIT_S", 0.3)
+    observation = Observation("never")
+    observed = spark.range(3).observe(observation, F.count(F.lit(1)).alias("rows"))
+    started = time.monotonic()
+    assert stream._observed(observation) is None and time.monotonic() - started < 5
+    observed.collect()
+    assert stream._observed(observation) == {"rows": 3}
 
 
 def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):

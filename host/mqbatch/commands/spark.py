@@ -68,6 +68,11 @@ def run(args: argparse.Namespace, java_options: list[str] | None = None) -> int:
             except SystemExit as e:
                 print(str(e).replace("telemetry_job: ", "mqbatch spark: ", 1), file=sys.stderr)
                 return 1
+            except OSError as e:  # a folder it cannot make or lock
+                print(
+                    f"mqbatch spark: cannot lock the checkpoint {e.filename or ''}: {e.strerror or e}", file=sys.stderr
+                )
+                return 1
     if java_options is None:
         java_options = [] if args.print_command else cds.map_options(os.environ.get("SPARK_SUBMIT_OPTS"))
     args.spark_conf_args = [x for kv in (args.conf or []) for x in ("--conf", kv)]

@@ -165,3 +165,9 @@ def check_paths(args: argparse.Namespace) -> None:
         load_hmac_keys(args.hmac_keys)  # its mode, JSON and every key, before a JVM starts
     if (args.stream or args.once) and "://" in args.out:
         raise SystemExit("mqbatch spark: --stream/--once write to a local --out only (they commit by renaming files)")
+    checkpoint = getattr(args, "checkpoint", None)
+    if (args.stream or args.once) and checkpoint:
+        if "://" in checkpoint:
+            raise SystemExit("mqbatch spark: --checkpoint must be a local folder (the stream locks it with flock)")
+        if pathlib.Path(checkpoint).exists() and not pathlib.Path(checkpoint).is_dir():
+            raise SystemExit(f"mqbatch spark: --checkpoint {checkpoint!r} exists and is not a directory")

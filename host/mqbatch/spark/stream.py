@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import importlib.resources
 import json
 import os
 import pathlib
@@ -147,14 +149,34 @@ def _commits_mark(out: pathlib.Path) -> list:
     return [len(names), names[-1] if names else None]
 
 
+# the modules whose code makes report.json (build_report and what it calls): a report written by
+# other code (an upgrade, a fix) is computed again
+REPORT_CODE = ("pipeline.py", "accounting.py", "arrival.py", "schema.py", "options.py", "stream.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _report_code() -> str | None:
+    """SHA-256 of REPORT_CODE's source as this process imports it (also from spark-submit's zip);
+    None when it cannot be read (a report is then never reused)."""
+    try:
+        package = importlib.resources.files("mqbatch.spark")
+        digest = hashlib.sha256()
+        for name in REPORT_CODE:
+            digest.update(package.joinpath(name).read_bytes())
+        return digest.hexdigest()
+    except (OSError, ImportError, AttributeError):
+        return None
+
+
 def _note_reported(out: pathlib.Path) -> None:
     digest = hashlib.sha256((out / "report.json").read_bytes()).hexdigest()
-    write_private(out / REPORT_STATE, json.dumps({"commits": _commits_mark(out), "report_sha256": digest}) + "\n")
+    state = {"commits": _commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
+    write_private(out / REPORT_STATE, json.dumps(state) + "\n")
 
 
 def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) -> dict | None:
     """report.json when it is exactly what this job wrote after the newest commit (REPORT_STATE:
-    same commits, same bytes) for the same options, else None. Its skipped landing entries are
+    same commits, same bytes, same code: REPORT_CODE) for the same options, else None. Its skipped landing entries are
     counted again (no Spark) and report.json rewritten if they changed."""
     try:
         state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
@@ -164,6 +186,8 @@ def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) ->
     if not isinstance(state, dict) or state.get("commits") != _commits_mark(out):
         return None
     if state.get("report_sha256") != hashlib.sha256(data).hexdigest():
+        return None
+    if state.get("code_sha256") is None or state.get("code_sha256") != _report_code():
         return None
     report = json.loads(data)
     if report.get("options") != json.loads(json.dumps(opts.report_dict())):
@@ -224,6 +248,33 @@ def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts
     return unique.withColumn(CONTENT, content_hash()).join(earlier, key, "left_anti").drop(CONTENT)
 
 
+def _counts() -> tuple:
+    """A micro-batch's counts of its decoded rows (observed while _decoded/ is written)."""
+    return (
+        F.sum(F.col("landed_first").cast("long")).alias("landed"),
+        F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined"),
+    )
+
+
+OBSERVED_WAIT_S = 60.0
+
+
+def _observed(observation: Observation) -> dict | None:
+    """The observation's metrics once the write that carried them ended, or None if Spark has
+    not delivered them within OBSERVED_WAIT_S (a listener event can be dropped when Spark's
+    listener queue overflows: Observation.get would then wait for ever)."""
+    try:
+        done = observation._jo.future().isCompleted  # type: ignore[union-attr]
+    except Exception:  # another Spark: its own get
+        return observation.get
+    deadline = time.monotonic() + OBSERVED_WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+    return observation.get
+
+
 def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
     for name in OUTPUTS:
         for src in sorted((staging / name).rglob("*.parquet")):
@@ -266,19 +317,21 @@ def process_batch(
         written, seen = Observation("records"), Observation("decoded")
         write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
         (
-            decoded.observe(
-                seen,
-                F.sum(F.col("landed_first").cast("long")).alias("landed"),
-                F.sum(F.col("reason").isNotNull().cast("long")).alias("quarantined"),
-            )
+            decoded.observe(seen, *_counts())
             .withColumn("payload", F.lit(None).cast("binary"))
             .withColumn("sub_payload", F.lit(None).cast("binary"))
             .write.mode("overwrite")
             .parquet(str(staging / "_decoded"))
         )
-        counts, n_records = seen.get, written.get["records"]
+        counts, n_records = _observed(seen), _observed(written)
     finally:
         decoded.unpersist()
+    if counts is None or n_records is None:  # (never seen here) Spark did not deliver the metrics
+        say(f"batch {batch_id}: Spark did not report the batch's counts within {OBSERVED_WAIT_S:g} s: counted again")
+        counts = spark.read.parquet(str(staging / "_decoded")).agg(*_counts()).collect()[0]
+        records_dir = staging / "records"
+        n_records = {"records": spark.read.parquet(str(records_dir)).count() if _has_parquet(records_dir) else 0}
+    n_records = n_records["records"]
     make_private(staging)  # before the files move into place
     # the rows are readable in records/ now, before the report (whose cost grows with the
     # stream's history): a restart before the commit deletes them (step 2) and writes the same
@@ -329,10 +382,11 @@ def run_stream(
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
     landing_files.scan(landing)  # a clear error for a missing directory
-    checkpoint = checkpoint or f"{out}/_checkpoint"
+    checkpoint = checkpoint_of(out, checkpoint)
     private_output(spark, out)
     trigger = {"availableNow": True} if trigger_seconds is None else {"processingTime": f"{trigger_seconds} seconds"}
     with _lock(pathlib.Path(checkpoint)):  # one stream per checkpoint, or one clear line
+        check_same_checkpoint(out, checkpoint)  # ... and the commits under --out are its own
         # a restart makes report.json match the committed outputs at once (a SIGKILL between
         # a batch's commit and its report would leave it stale until new data arrived)
         settle_report(pathlib.Path(out), drop_uncommitted=True)
@@ -403,17 +457,55 @@ def lock_checkpoint(checkpoint: str) -> int:
     return fd
 
 
+def checkpoint_of(out: str, checkpoint: str | None) -> str:
+    """The stream's checkpoint folder: --checkpoint, else OUT/_checkpoint."""
+    return checkpoint or f"{out}/_checkpoint"
+
+
+STREAM_CHECKPOINT = ".stream-checkpoint"  # under --out: the checkpoint whose batch ids its commits are
+
+
+def check_same_checkpoint(out: str, checkpoint: str) -> None:
+    """SystemExit with one line when --out holds commits (_batches/N.json) that are not this
+    checkpoint's: Spark numbers micro-batches per checkpoint, so a new or emptied checkpoint
+    starts again at 0 and each batch whose id has a commit would be skipped as "already
+    committed": its files never processed. Notes the checkpoint in OUT/STREAM_CHECKPOINT."""
+    out_p, real = pathlib.Path(out), os.path.realpath(checkpoint)
+    mark = out_p / STREAM_CHECKPOINT
+    recorded = mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
+    offsets = pathlib.Path(checkpoint, "landing", "offsets")
+    has_state = offsets.is_dir() and any(offsets.iterdir())
+    committed = (out_p / "_batches").is_dir() and any((out_p / "_batches").glob("*.json"))
+    if recorded is not None and recorded != real:
+        raise SystemExit(
+            f"telemetry_job: --out {out} holds the commits of the stream with the checkpoint {recorded}, not "
+            f"{checkpoint}: give --checkpoint {recorded}, or another --out"
+        )
+    if committed and not has_state:
+        raise SystemExit(
+            f"telemetry_job: --out {out} holds committed micro-batches but the checkpoint {checkpoint} has no "
+            "stream state (new or emptied): its batch ids would start again at 0 and new files be skipped; "
+            "give the stream's own checkpoint, or another --out"
+        )
+    if recorded is None:
+        private_dir(out_p)
+        write_private(mark, real + "\n")
+
+
 def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
     """What the job does first (its --out a 0700 folder, lock_checkpoint), but the lock is let go
     at once: `mqbatch spark` refuses a second stream on a checkpoint in one line before
     spark-submit starts a JVM (the job then takes the lock itself, and holds it)."""
     private_dir(out)
-    path = checkpoint or f"{out}/_checkpoint"
+    path = checkpoint_of(out, checkpoint)
     key = os.path.realpath(path)
     held = key in _HELD
     lock_checkpoint(path)
-    if not held:
-        os.close(_HELD.pop(key))
+    try:
+        check_same_checkpoint(out, path)
+    finally:
+        if not held:
+            os.close(_HELD.pop(key))
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ def private_dir(path: str | os.PathLike, *, tighten: bool = False) -> pathlib.Pa
         except FileExistsError:  # made meanwhile by someone else: not ours to change
             continue
         os.chmod(d, DIR_MODE)
-    if tighten and not path.is_symlink():
+    if tighten and path.is_dir() and not path.is_symlink():
         os.chmod(path, DIR_MODE)
     return path
 
