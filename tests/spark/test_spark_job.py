@@ -602,6 +602,26 @@ def test_metrics_spark_never_delivers_are_none_after_the_wait_not_a_hang(spark, 
     assert stream._observed(observation) == {"rows": 3}
 
 
+def test_counts_spark_does_not_deliver_are_counted_again_from_the_staged_files(
+    job, spark, scenario, tmp_path, monkeypatch, capsys
+):
+    from mqbatch.spark import stream
+
+    monkeypatch.setattr(stream, "_observed", lambda observation: None)  # as if the metrics never came
+    landing_dir, out = tmp_path / "landing", tmp_path / "out"
+    landing_dir.mkdir()
+    shutil.copy(scenario / "landing-r1-00000000.parquet", landing_dir)
+    report = job.run_stream(spark, str(landing_dir), str(out), job.JobOptions(reorder_window=3))
+    text = capsys.readouterr().out
+    assert "batch 0: Spark did not report the batch's counts within 60 s: counted again" in text, text
+    m = re.search(r"^batch 0: .* (\d+) landed rows, (\d+) new records, (\d+) quarantined rows", text, re.M)
+    assert m and tuple(map(int, m.groups())) == (
+        report["landed"],
+        report["records"]["unique"],
+        report["quarantine"]["rows"],
+    ), text
+
+
 def test_landed_rows_with_nulls_are_quarantined_not_fatal(job):
     """Landing files written by other tools may hold nulls where the recorder never does."""
     hostile = [

@@ -323,15 +323,16 @@ def process_batch(
             .write.mode("overwrite")
             .parquet(str(staging / "_decoded"))
         )
-        counts, n_records = _observed(seen), _observed(written)
+        counts, written_count = _observed(seen), _observed(written)
     finally:
         decoded.unpersist()
-    if counts is None or n_records is None:  # (never seen here) Spark did not deliver the metrics
+    if counts is None or written_count is None:  # (never seen here) Spark did not deliver the metrics
         say(f"batch {batch_id}: Spark did not report the batch's counts within {OBSERVED_WAIT_S:g} s: counted again")
-        counts = spark.read.parquet(str(staging / "_decoded")).agg(*_counts()).collect()[0]
+        counts = spark.read.parquet(str(staging / "_decoded")).agg(*_counts()).collect()[0].asDict()
         records_dir = staging / "records"
-        n_records = {"records": spark.read.parquet(str(records_dir)).count() if _has_parquet(records_dir) else 0}
-    n_records = n_records["records"]
+        n_records = spark.read.parquet(str(records_dir)).count() if _has_parquet(records_dir) else 0
+    else:
+        n_records = written_count["records"]
     make_private(staging)  # before the files move into place
     # the rows are readable in records/ now, before the report (whose cost grows with the
     # stream's history): a restart before the commit deletes them (step 2) and writes the same
