@@ -376,8 +376,9 @@ def test_commits_of_another_checkpoint_are_refused_not_skipped_as_already_commit
     landing, out = tmp_path / "landing", tmp_path / "out"
     landing.mkdir()
     first = out / "_checkpoint"
-    stream.check_same_checkpoint(str(out), str(first))  # a new stream: notes its checkpoint
-    assert (out / stream.STREAM_CHECKPOINT).read_text() == f"{first}\n"
+    stream.check_same_checkpoint(str(out), str(first))  # a new stream: its checkpoint's id noted
+    ck_id = (first / stream.STREAM_ID).read_text()
+    assert len(ck_id.strip()) == 32 and (out / stream.STREAM_CHECKPOINT).read_text() == ck_id
     (out / "_batches").mkdir()
     (out / "_batches" / "0000000000.json").write_text("{}")  # batch 0 committed ...
     (first / "landing" / "offsets").mkdir(parents=True)
@@ -386,17 +387,24 @@ def test_commits_of_another_checkpoint_are_refused_not_skipped_as_already_commit
 
     argv = ["spark", "--landing", str(landing), "--out", str(out), "--once"]
     other = tmp_path / "elsewhere"
+    shutil.copytree(first / "landing", other / "landing")  # another stream's state
     assert cli.main([*argv, "--checkpoint", str(other)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"mqbatch spark: --out {out} holds the commits of the stream with the checkpoint {first}, not {other}: "
-        f"give --checkpoint {first}, or another --out"
+        f"mqbatch spark: --out {out} holds the commits of another stream's checkpoint, not of {other}: "
+        "give that stream's --checkpoint, or another --out"
     ]
-    shutil.rmtree(first / "landing")  # the stream's own checkpoint, emptied
-    assert cli.main(argv) == 1
+    moved = tmp_path / "moved"  # --out moved with its checkpoint inside: still its own
+    out.rename(moved)
+    stream.check_same_checkpoint(str(moved), str(moved / "_checkpoint"))
+    shutil.rmtree(moved / "_checkpoint")  # the stream's own checkpoint, emptied
+    assert cli.main(["spark", "--landing", str(landing), "--out", str(moved), "--once"]) == 1
     assert "has no stream state (new or emptied)" in capsys.readouterr().err
-    (out / stream.STREAM_CHECKPOINT).unlink()  # an --out written before the note existed: the same
+    (moved / stream.STREAM_CHECKPOINT).unlink()  # an --out written before the note existed: the same
     with pytest.raises(SystemExit, match="has no stream state"):
-        stream.check_same_checkpoint(str(out), str(other))
+        stream.check_same_checkpoint(str(moved), str(moved / "_checkpoint"))
+    assert not (other / stream.STREAM_ID).exists()  # ... and a checkpoint with state is adopted
+    stream.check_same_checkpoint(str(moved), str(other))
+    assert (moved / stream.STREAM_CHECKPOINT).read_text() == (other / stream.STREAM_ID).read_text() != ck_id
 
 
 # -- streaming: SIGKILL of the command itself (issue 22.4) ---------------------------------

@@ -36,6 +36,7 @@ import json
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import time
 import urllib.parse
@@ -463,34 +464,42 @@ def checkpoint_of(out: str, checkpoint: str | None) -> str:
     return checkpoint or f"{out}/_checkpoint"
 
 
-STREAM_CHECKPOINT = ".stream-checkpoint"  # under --out: the checkpoint whose batch ids its commits are
+STREAM_CHECKPOINT = ".stream-checkpoint"  # under --out: the id of the checkpoint whose batch ids its commits are
+STREAM_ID = ".stream-id"  # under the checkpoint: its id (a folder moved with its --out keeps it)
 
 
 def check_same_checkpoint(out: str, checkpoint: str) -> None:
     """SystemExit with one line when --out holds commits (_batches/N.json) that are not this
     checkpoint's: Spark numbers micro-batches per checkpoint, so a new or emptied checkpoint
     starts again at 0 and each batch whose id has a commit would be skipped as "already
-    committed": its files never processed. Notes the checkpoint in OUT/STREAM_CHECKPOINT."""
-    out_p, real = pathlib.Path(out), os.path.realpath(checkpoint)
-    mark = out_p / STREAM_CHECKPOINT
+    committed": its files never processed. The checkpoint gets a random id (STREAM_ID) and
+    --out notes it (STREAM_CHECKPOINT); an --out written before the note adopts the checkpoint
+    it is used with if that one has stream state."""
+    out_p, ck = pathlib.Path(out), pathlib.Path(checkpoint)
+    mark, id_file = out_p / STREAM_CHECKPOINT, ck / STREAM_ID
     recorded = mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
-    offsets = pathlib.Path(checkpoint, "landing", "offsets")
+    ck_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else None
+    offsets = ck / "landing" / "offsets"
     has_state = offsets.is_dir() and any(offsets.iterdir())
     committed = (out_p / "_batches").is_dir() and any((out_p / "_batches").glob("*.json"))
-    if recorded is not None and recorded != real:
-        raise SystemExit(
-            f"telemetry_job: --out {out} holds the commits of the stream with the checkpoint {recorded}, not "
-            f"{checkpoint}: give --checkpoint {recorded}, or another --out"
-        )
     if committed and not has_state:
         raise SystemExit(
             f"telemetry_job: --out {out} holds committed micro-batches but the checkpoint {checkpoint} has no "
             "stream state (new or emptied): its batch ids would start again at 0 and new files be skipped; "
             "give the stream's own checkpoint, or another --out"
         )
+    if recorded is not None and recorded != ck_id:
+        raise SystemExit(
+            f"telemetry_job: --out {out} holds the commits of another stream's checkpoint, not of {checkpoint}: "
+            "give that stream's --checkpoint, or another --out"
+        )
+    if ck_id is None:
+        ck_id = secrets.token_hex(16)
+        private_dir(ck)
+        write_private(id_file, ck_id + "\n")
     if recorded is None:
         private_dir(out_p)
-        write_private(mark, real + "\n")
+        write_private(mark, ck_id + "\n")
 
 
 def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
