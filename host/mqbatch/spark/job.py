@@ -16,8 +16,7 @@ from pyspark.sql import SparkSession
 from mqbatch.spark import cds, jvm
 from mqbatch.spark.options import add_arguments, check_paths, options_from
 from mqbatch.spark.pipeline import HADOOP_UMASK, PARQUET_TIMESTAMPS, run_batch
-from mqbatch.spark.stream import REPORT_WRITTEN, checkpoint_of, lock_checkpoint, run_stream
-from mqbatch.util.private import private_dir
+from mqbatch.spark.stream import REPORT_WRITTEN, run_stream, take_checkpoint
 from mqbatch.util.procs import die_with_parent
 
 
@@ -113,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: this driver dies with its JVM
         die_with_parent(os.getppid())
     if args.stream or args.once:  # one stream per checkpoint: a second one fails before its SparkContext starts
-        private_dir(args.out)
-        lock_checkpoint(checkpoint_of(args.out, args.checkpoint))
+        take_checkpoint(args.out, args.checkpoint)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop like Ctrl-C: the query ends, the JVM is stopped
         signal.signal(sig, _stop_on)
     spark = session(args.master, args.log_level)

@@ -481,8 +481,7 @@ def check_same_checkpoint(out: str, checkpoint: str) -> None:
     ck_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else None
     offsets = ck / "landing" / "offsets"
     has_state = offsets.is_dir() and any(offsets.iterdir())
-    committed = (out_p / "_batches").is_dir() and any((out_p / "_batches").glob("*.json"))
-    if committed and not has_state:
+    if _commits_mark(out_p)[0] and not has_state:
         raise SystemExit(
             f"telemetry_job: --out {out} holds committed micro-batches but the checkpoint {checkpoint} has no "
             "stream state (new or emptied): its batch ids would start again at 0 and new files be skipped; "
@@ -502,10 +501,11 @@ def check_same_checkpoint(out: str, checkpoint: str) -> None:
         write_private(mark, ck_id + "\n")
 
 
-def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
-    """What the job does first (its --out a 0700 folder, lock_checkpoint), but the lock is let go
-    at once: `mqbatch spark` refuses a second stream on a checkpoint in one line before
-    spark-submit starts a JVM (the job then takes the lock itself, and holds it)."""
+def take_checkpoint(out: str, checkpoint: str | None) -> str:
+    """What a stream does before its JVM starts: --out a 0700 folder, the checkpoint's lock taken
+    for the rest of this process (lock_checkpoint) and its commits checked to be the
+    checkpoint's (check_same_checkpoint; on a refusal the lock is let go again, if taken here).
+    Returns the checkpoint folder."""
     private_dir(out)
     path = checkpoint_of(out, checkpoint)
     key = os.path.realpath(path)
@@ -513,9 +513,22 @@ def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
     lock_checkpoint(path)
     try:
         check_same_checkpoint(out, path)
-    finally:
+    except BaseException:
         if not held:
             os.close(_HELD.pop(key))
+        raise
+    return path
+
+
+def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
+    """take_checkpoint, but the lock is let go at once: `mqbatch spark` refuses a second stream
+    on a checkpoint, or an --out of another checkpoint, in one line before spark-submit starts a
+    JVM (the job then takes the lock itself, and holds it)."""
+    key = os.path.realpath(checkpoint_of(out, checkpoint))
+    held = key in _HELD
+    take_checkpoint(out, checkpoint)
+    if not held:
+        os.close(_HELD.pop(key))
 
 
 @contextlib.contextmanager
