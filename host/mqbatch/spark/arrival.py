@@ -1,53 +1,114 @@
-"""Out-of-order records per (device, boot), streamed: no Spark window, no Python object per row.
+"""The report's per-boot figures in one pass: no Spark window, no join, no Python object per row.
 
 A record is out of order when a record of the same boot that arrived before it has a
 higher seq. A Spark window over a whole boot buffers the boot's rows and, short of task
 memory, spills them into many small files whose readers each take a 1 MB heap buffer:
 10 M records of 50 devices ran a 768 MB driver out of memory there (docs/spark.md).
-Here the rows come sorted by (device, boot, arrival) in Arrow batches (mapInArrow) and the
-boot's highest seq so far is carried from batch to batch: memory is one Arrow batch,
-whatever the size of a boot.
+Here the rows come sorted by (device, boot, arrival) in Arrow batches (mapInArrow) and a
+boot's figures are carried from batch to batch until its last row: memory is one Arrow
+batch plus, for the boot at hand, the seqs within the reorder window of its highest
+(at most `window` of them, 8 bytes each: the seqs of a boot's first arrivals are unique).
+
+Per (device, boot), from the unique records (KEY_FIRST marks one per seq, its first arrival):
+unique rows, keys (first arrivals), the highest seq, the highest dropped_total, the
+first arrivals out of order, and `old`: the first arrivals at or below the highest seq
+minus the window (the seqs absent there are lost, those above it may still come).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-SCHEMA = pa.schema([("device", pa.string()), ("boot", pa.int64()), ("out_of_order", pa.int64())])
-_GROUP = np.int64(1 << 33)  # seq is a u32: group * 2^33 + seq orders by group, then by seq
+SCHEMA = pa.schema(
+    [
+        ("device", pa.string()),
+        ("boot", pa.int64()),
+        ("unique", pa.int64()),
+        ("keys", pa.int64()),
+        ("max_seq", pa.int64()),
+        ("dropped_on_device", pa.int64()),
+        ("out_of_order", pa.int64()),
+        ("old", pa.int64()),
+    ]
+)
+IN_COLUMNS = ["device", "boot", "seq", "key", "dropped_total"]  # what boot_figures reads, in this order
 
 
-def count_out_of_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Rows (device, boot, seq) sorted by (device, boot, arrival) in; out, per batch, one row
-    per (device, boot) in it with its out-of-order count (a boot over several batches gives
-    several rows: sum them)."""
-    carried = None  # (device, boot, highest seq) of the last batch's last boot
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        device = batch.column("device").to_numpy(zero_copy_only=False)
-        boot = batch.column("boot").to_numpy(zero_copy_only=False).astype(np.int64)
-        seq = batch.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
-        if carried is not None and (device[0], boot[0]) == carried[:2]:
-            # the boot goes on from the last batch: its highest seq so far leads as a row of its own
-            device, boot, seq = (
-                np.concatenate([[carried[0]], device]),
-                np.concatenate([[carried[1]], boot]),
-                np.concatenate([[carried[2]], seq]),
-            )
-        starts = np.ones(len(seq), dtype=bool)
-        starts[1:] = (device[1:] != device[:-1]) | (boot[1:] != boot[:-1])
-        group = np.cumsum(starts) - 1
-        running = np.maximum.accumulate(group * _GROUP + seq)  # the highest seq so far, per boot
-        late = np.zeros(len(seq), dtype=bool)
-        late[1:] = (group[1:] * _GROUP + seq[1:]) < running[:-1]
-        late &= ~starts  # nothing arrived before a boot's first
-        firsts = np.flatnonzero(starts)
-        counts = np.bincount(group, weights=late, minlength=len(firsts)).astype(np.int64)
-        carried = (device[-1], boot[-1], running[-1] - group[-1] * _GROUP)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(device[firsts], pa.string()), pa.array(boot[firsts]), pa.array(counts)], schema=SCHEMA
-        )
+class _Boot:
+    """The figures of one (device, boot) so far, and the first arrivals' seqs above
+    (highest - window) that may still fall below it."""
+
+    __slots__ = ("device", "boot", "unique", "keys", "max_seq", "dropped", "late", "old", "key_max", "recent")
+
+    def __init__(self, device, boot) -> None:
+        self.device, self.boot = device, boot
+        self.unique = self.keys = self.late = self.old = 0
+        self.max_seq = self.key_max = -1  # seqs are u32: -1 is below all
+        self.dropped: int | None = None
+        self.recent = np.empty(0, np.int64)
+
+    def add(self, seq: np.ndarray, key: np.ndarray, dropped: np.ndarray, window: int) -> None:
+        """Rows of this boot in arrival order: seq, is a first arrival, dropped_total (-1: none)."""
+        self.unique += len(seq)
+        self.max_seq = max(self.max_seq, int(seq.max()))
+        top = int(dropped.max())
+        if top >= 0:
+            self.dropped = top if self.dropped is None else max(self.dropped, top)
+        firsts = seq[key]
+        if not len(firsts):
+            return
+        self.keys += len(firsts)
+        running = np.maximum.accumulate(np.concatenate([[self.key_max], firsts]))
+        self.late += int(np.count_nonzero(firsts < running[:-1]))
+        self.key_max = int(running[-1])
+        # below (highest so far - window) now means below (highest at the end - window)
+        limit = self.key_max - window
+        seqs = np.concatenate([self.recent, firsts])
+        below = seqs <= limit
+        self.old += int(np.count_nonzero(below))
+        self.recent = seqs[~below]
+
+    def row(self) -> tuple:
+        return (self.device, self.boot, self.unique, self.keys, self.max_seq, self.dropped, self.late, self.old)
+
+
+def boot_figures(window: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """For mapInArrow: rows IN_COLUMNS sorted by (device, boot, arrival) in (a boot in one
+    partition: repartitioned by device and boot), out one row per (device, boot) of SCHEMA,
+    each boot once, when its last row has been read."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        current = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            device = batch.column("device").to_numpy(zero_copy_only=False)
+            boot = batch.column("boot").to_numpy(zero_copy_only=False).astype(np.int64)
+            seq = batch.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
+            key = batch.column("key").to_numpy(zero_copy_only=False).astype(bool)
+            dropped = batch.column("dropped_total").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            starts = np.ones(len(seq), dtype=bool)
+            starts[1:] = (device[1:] != device[:-1]) | (boot[1:] != boot[:-1])
+            bounds = [*np.flatnonzero(starts), len(seq)]
+            done = []
+            for a, b in zip(bounds, bounds[1:]):
+                if current is None or (current.device, current.boot) != (device[a], int(boot[a])):
+                    if current is not None:
+                        done.append(current.row())
+                    current = _Boot(device[a], int(boot[a]))
+                current.add(seq[a:b], key[a:b], dropped[a:b], window)
+            if done:
+                yield _batch(done)
+        if current is not None:
+            yield _batch([current.row()])
+
+    return run
+
+
+def _batch(rows: list) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(col), f.type) for col, f in zip(zip(*rows), SCHEMA)], schema=SCHEMA
+    )

@@ -245,52 +245,33 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     """Per (device, boot) of the unique records: unique, out-of-order, missing (older than
     the reorder window), pending (gaps still inside it), max seq, dropped on the device.
 
-    No window over a whole boot (Spark buffers such a window's rows and, short of memory,
-    spills them into many files whose readers each take a 1 MB heap buffer: 10 M records
-    ran a 768 MB driver out of memory): the seqs of a boot are unique, so its absent seqs
-    are max_seq + 1 - unique, of which `missing` are those at or below max_seq - window
-    (absent seqs below a record are gaps before it); out-of-order records are counted
-    streaming in arrival order (arrival.count_out_of_order). Gaps and order count one record
-    per (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
-    one = unique.where(F.col(KEY_FIRST)) if KEY_FIRST in unique.columns else unique
-    is_key = F.col(KEY_FIRST).cast("long") if KEY_FIRST in unique.columns else F.lit(1).cast("long")
-    per_boot = unique.groupBy("device", "boot").agg(
-        F.count("*").alias("unique"),
-        F.sum(is_key).alias("_keys"),
-        F.max("seq").alias("max_seq"),
-        F.max("dropped_total").alias("dropped_on_device"),
-    )
-    limit = per_boot.select("device", "boot", (F.col("max_seq") - F.lit(opts.reorder_window)).alias("_limit"))
-    old = (
-        one.select("device", "boot", "seq")
-        .join(F.broadcast(limit), ["device", "boot"])
-        .groupBy("device", "boot")
-        .agg(F.first("_limit").alias("_limit"), F.sum((F.col("seq") <= F.col("_limit")).cast("long")).alias("_old"))
-    )
-    late = (
-        one.select("device", "boot", "seq", *ARRIVAL_ORDER)
+    One shuffle and one pass (arrival.boot_figures): the rows of a boot, sorted by arrival,
+    are read once in Arrow batches, and no window or join spans a boot (Spark buffers such
+    a window's rows and, short of memory, spills them into many files whose readers each
+    take a 1 MB heap buffer: 10 M records ran a 768 MB driver out of memory). The seqs of a
+    boot's first arrivals are unique, so its absent seqs are max_seq + 1 - keys, of which
+    `missing` are those at or below max_seq - window. Gaps and order count one record per
+    (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
+    key = F.col(KEY_FIRST) if KEY_FIRST in unique.columns else F.lit(True)
+    figures = (
+        unique.select("device", "boot", "seq", key.alias("key"), "dropped_total", *ARRIVAL_ORDER)
         .repartition("device", "boot")
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
-        .select("device", "boot", "seq")
-        .mapInArrow(arrival.count_out_of_order, from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
-        .groupBy("device", "boot")
-        .agg(F.sum("out_of_order").alias("out_of_order"))
+        .select(*arrival.IN_COLUMNS)
+        .mapInArrow(arrival.boot_figures(opts.reorder_window), from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
     )
-    missing = F.when(F.col("_limit") >= 0, F.col("_limit") + 1 - F.col("_old")).otherwise(F.lit(0)).cast("long")
-    return (
-        per_boot.join(old, ["device", "boot"])
-        .join(late, ["device", "boot"])
-        .select(
-            "device",
-            "boot",
-            "unique",
-            "out_of_order",
-            missing.alias("missing"),
-            (F.col("max_seq") + 1 - F.col("_keys") - missing).alias("pending"),
-            "max_seq",
-            "dropped_on_device",
-            (F.col("unique") - F.col("_keys")).alias("key_collisions"),
-        )
+    limit = F.col("max_seq") - F.lit(opts.reorder_window)
+    missing = F.when(limit >= 0, limit + 1 - F.col("old")).otherwise(F.lit(0)).cast("long")
+    return figures.select(
+        "device",
+        "boot",
+        "unique",
+        "out_of_order",
+        missing.alias("missing"),
+        (F.col("max_seq") + 1 - F.col("keys") - missing).alias("pending"),
+        "max_seq",
+        "dropped_on_device",
+        (F.col("unique") - F.col("keys")).alias("key_collisions"),
     )
 
 

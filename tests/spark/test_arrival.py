@@ -1,0 +1,123 @@
+"""The report's per-boot figures in one pass (mqbatch.spark.arrival.boot_figures), without
+Spark: against a row-by-row count, boots split over Arrow batches anywhere, key
+collisions and absent dropped_total counters; the window's seqs held stay within the
+window; and the comparison fails for a pass that forgets the carried seqs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mqbatch.spark import arrival
+
+
+def _rows(rng, boots=6):
+    """(device, boot, seq, key, dropped_total) in (device, boot, arrival) order: seqs of each
+    boot shuffled (out of order, gaps), some repeated as key collisions (key False)."""
+    rows = []
+    for b in range(boots):
+        device, boot = f"dev-{b // 2}", b % 2
+        n = int(rng.integers(1, 400))
+        seqs = rng.choice(n + int(rng.integers(0, 200)), size=n, replace=False)
+        for s in seqs:
+            dropped = int(rng.integers(0, 50)) if rng.random() < 0.1 else None
+            rows.append((device, boot, int(s), True, dropped))
+            if rng.random() < 0.05:  # a collision: the same seq again, other content, kept
+                rows.append((device, boot, int(s), False, None))
+    return rows
+
+
+def _by_hand(rows, window):
+    out = {}
+    for device, boot in dict.fromkeys((r[0], r[1]) for r in rows):
+        mine = [r for r in rows if (r[0], r[1]) == (device, boot)]
+        firsts = [r[2] for r in mine if r[3]]
+        highest, late = -1, 0
+        for s in firsts:
+            late += s < highest
+            highest = max(highest, s)
+        top = max(r[2] for r in mine)
+        drops = [r[4] for r in mine if r[4] is not None]
+        old = sum(1 for s in firsts if s <= top - window)
+        out[(device, boot)] = (len(mine), len(firsts), top, max(drops) if drops else None, late, old)
+    return out
+
+
+def _batches(rows, cuts) -> list:
+    """The rows as Arrow record batches cut at the given row numbers."""
+    cols = list(zip(*rows))
+    whole = pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols[0], pa.string()),
+            pa.array(cols[1], pa.int64()),
+            pa.array(cols[2], pa.int64()),
+            pa.array(cols[3], pa.bool_()),
+            pa.array(cols[4], pa.int64()),
+        ],
+        names=arrival.IN_COLUMNS,
+    )
+    edges = [0, *sorted(cuts), len(rows)]
+    return [whole.slice(a, b - a) for a, b in zip(edges, edges[1:])]
+
+
+def _figures(rows, window, cuts):
+    got = {}
+    for out in arrival.boot_figures(window)(iter(_batches(rows, cuts))):
+        assert out.schema == arrival.SCHEMA
+        for r in out.to_pylist():
+            key = (r["device"], r["boot"])
+            assert key not in got, f"{key} reported twice"  # a boot is one row, when it ends
+            got[key] = (r["unique"], r["keys"], r["max_seq"], r["dropped_on_device"], r["out_of_order"], r["old"])
+    return got
+
+
+@pytest.mark.parametrize("window", [0, 1, 10, 100, 10**9])
+def test_boot_figures_equal_a_row_by_row_count_wherever_the_batches_split(window):
+    rng = np.random.default_rng(window)
+    for trial in range(8):
+        rows = _rows(rng)
+        cuts = set(int(c) for c in rng.integers(1, len(rows), size=int(rng.integers(0, 12))))
+        if trial == 0:
+            cuts = set(range(1, len(rows)))  # one row per batch
+        assert _figures(rows, window, cuts) == _by_hand(rows, window), (window, trial)
+
+
+def test_the_seqs_held_for_the_window_stay_within_it():
+    """A boot of 20,000 first arrivals in batches of 100, window 50: the pass holds at most
+    50 seqs, whatever the size of the boot."""
+    boot = arrival._Boot("dev", 1)
+    seqs = np.random.default_rng(1).permutation(20_000).astype(np.int64)
+    most = 0
+    for a in range(0, len(seqs), 100):
+        part = seqs[a : a + 100]
+        boot.add(part, np.ones(len(part), bool), np.full(len(part), -1, np.int64), 50)
+        most = max(most, len(boot.recent))
+    assert most <= 50
+    assert boot.row()[4:] == (
+        19_999,
+        None,
+        _by_hand([("d", 1, int(s), True, None) for s in seqs], 50)[("d", 1)][4],
+        19_950,
+    )
+
+
+def test_the_check_fails_for_a_pass_that_forgets_the_seqs_it_carried():
+    """The instrument can fail: a pass that drops the window's seqs at each batch's end
+    undercounts `old` once a boot spans batches."""
+
+    class Forgetful(arrival._Boot):
+        __slots__ = ()
+
+        def add(self, seq, key, dropped, window):
+            super().add(seq, key, dropped, window)
+            self.recent = self.recent[:0]
+
+    real = arrival._Boot
+    arrival._Boot = Forgetful
+    try:
+        rows = _rows(np.random.default_rng(3))
+        broken = _figures(rows, 10, set(range(50, len(rows), 50)))
+    finally:
+        arrival._Boot = real
+    assert broken != _by_hand(rows, 10)
