@@ -154,7 +154,7 @@ def test_the_html_report_is_written_when_the_stream_says_so_and_a_failure_is_one
     use: a write per REPORT_WRITTEN line of the job (no other line), 0600; an output it
     cannot render is one line on stderr, not an exception."""
     from mqbatch.commands.report import HtmlReport
-    from mqbatch.spark.stream import REPORT_WRITTEN
+    from mqbatch.spark.lines import REPORT_WRITTEN
 
     out = tmp_path / "copy"
     shutil.copytree(outputs / "stream", out)

@@ -25,8 +25,9 @@ import tempfile
 import time
 
 from mqbatch.commands.report import HtmlReport
+from mqbatch.spark.checkpoint import check_checkpoint_free
+from mqbatch.spark.lines import REPORT_WRITTEN
 from mqbatch.spark.options import add_arguments, check_paths
-from mqbatch.spark.stream import REPORT_WRITTEN, check_checkpoint_free
 from mqbatch.spark.submit import build_pyfiles, run_child, submit_command, submit_env, write_log_config
 from mqbatch.util.paths import ROOT
 from mqbatch.util.procs import stop_signals_interrupt

@@ -34,6 +34,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from mqbatch.spark import accounting, arrival, jvm
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.decoder import decode_vectorised
+from mqbatch.spark.lines import PROGRESS
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.schema import (
     ARRIVAL_ORDER,
@@ -583,9 +584,6 @@ def _remove(spark: SparkSession, path: str) -> None:
     fs.delete(p, True)
     if fs.exists(p.getParent()) and not fs.listStatus(p.getParent()):
         fs.delete(p.getParent(), False)
-
-
-PROGRESS = "spark: "  # the start of the job's progress lines (`spark: <step> <seconds> s`)
 
 
 @contextlib.contextmanager

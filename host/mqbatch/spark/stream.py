@@ -28,7 +28,6 @@ it before spark-submit starts a JVM)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import importlib.resources
@@ -36,7 +35,6 @@ import json
 import os
 import pathlib
 import re
-import secrets
 import shutil
 import time
 import urllib.parse
@@ -46,6 +44,12 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from mqbatch.spark import files as landing_files
+from mqbatch.spark.checkpoint import (
+    check_same_checkpoint,
+    checkpoint_of,
+    commits_mark,
+    hold_checkpoint,
+)
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.pipeline import (
     CONTENT,
@@ -62,13 +66,9 @@ from mqbatch.spark.pipeline import (
     write_report,
 )
 from mqbatch.spark.schema import DECODED_SCHEMA
-from mqbatch.util.private import open_private, private_dir, write_private
+from mqbatch.util.private import private_dir, write_private
 
 OUTPUTS = ("records", "quarantine", "_decoded")
-# the line the job prints (on stdout) after each rewrite of report.json: `mqbatch spark --stream`
-# writes the HTML report when it sees it (the command layer's callback across spark-submit)
-REPORT_WRITTEN = "telemetry_job: report.json written"
-LOCK_HELD = "telemetry_job: another job is streaming with the checkpoint"  # then the checkpoint
 # the binaryFile source's fixed schema; the job selects `path` only, so file contents are not read
 FILE_SOURCE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -145,11 +145,6 @@ def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str 
 REPORT_STATE = ".report-state.json"
 
 
-def _commits_mark(out: pathlib.Path) -> list:
-    names = sorted(p.name for p in (out / "_batches").glob("*.json"))
-    return [len(names), names[-1] if names else None]
-
-
 # the modules whose code makes report.json (build_report and what it calls): a report written by
 # other code (an upgrade, a fix) is computed again
 REPORT_CODE = ("pipeline.py", "accounting.py", "arrival.py", "schema.py", "options.py", "stream.py")
@@ -171,7 +166,7 @@ def _report_code() -> str | None:
 
 def _note_reported(out: pathlib.Path) -> None:
     digest = hashlib.sha256((out / "report.json").read_bytes()).hexdigest()
-    state = {"commits": _commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
+    state = {"commits": commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
     write_private(out / REPORT_STATE, json.dumps(state) + "\n")
 
 
@@ -184,7 +179,7 @@ def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) ->
         data = (out / "report.json").read_bytes()
     except (OSError, ValueError):
         return None
-    if not isinstance(state, dict) or state.get("commits") != _commits_mark(out):
+    if not isinstance(state, dict) or state.get("commits") != commits_mark(out):
         return None
     if state.get("report_sha256") != hashlib.sha256(data).hexdigest():
         return None
@@ -387,7 +382,7 @@ def run_stream(
     checkpoint = checkpoint_of(out, checkpoint)
     private_output(spark, out)
     trigger = {"availableNow": True} if trigger_seconds is None else {"processingTime": f"{trigger_seconds} seconds"}
-    with _lock(pathlib.Path(checkpoint)):  # one stream per checkpoint, or one clear line
+    with hold_checkpoint(checkpoint):  # one stream per checkpoint, or one clear line
         check_same_checkpoint(out, checkpoint)  # ... and the commits under --out are its own
         # a restart makes report.json match the committed outputs at once (a SIGKILL between
         # a batch's commit and its report would leave it stale until new data arrived)
@@ -432,113 +427,3 @@ def run_stream(
         if on_report is not None:
             on_report(out)
         return report
-
-
-_HELD: dict[str, int] = {}  # checkpoints this process has locked (lock_checkpoint): path -> fd
-
-
-def lock_checkpoint(checkpoint: str) -> int:
-    """Take the exclusive flock on CHECKPOINT/.lock for the rest of this process (the kernel
-    drops it when the process dies, SIGKILL included), or SystemExit with one line when another
-    job streams with the same checkpoint (Spark would end one of them later with
-    CONCURRENT_STREAM_LOG_UPDATE). The job takes it before its JVM starts, so a second job
-    fails at once; run_stream takes it itself when called directly."""
-    key = os.path.realpath(checkpoint)
-    if key in _HELD:
-        return _HELD[key]
-    private_dir(checkpoint, tighten=True)
-    fd = open_private(os.path.join(checkpoint, ".lock"), os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise SystemExit(
-            f"{LOCK_HELD} {checkpoint} (its .lock is held); stop it first or give --checkpoint another folder"
-        ) from None
-    _HELD[key] = fd
-    return fd
-
-
-def checkpoint_of(out: str, checkpoint: str | None) -> str:
-    """The stream's checkpoint folder: --checkpoint, else OUT/_checkpoint."""
-    return checkpoint or f"{out}/_checkpoint"
-
-
-STREAM_CHECKPOINT = ".stream-checkpoint"  # under --out: the id of the checkpoint whose batch ids its commits are
-STREAM_ID = ".stream-id"  # under the checkpoint: its id (a folder moved with its --out keeps it)
-
-
-def check_same_checkpoint(out: str, checkpoint: str) -> None:
-    """SystemExit with one line when --out holds commits (_batches/N.json) that are not this
-    checkpoint's: Spark numbers micro-batches per checkpoint, so a new or emptied checkpoint
-    starts again at 0 and each batch whose id has a commit would be skipped as "already
-    committed": its files never processed. The checkpoint gets a random id (STREAM_ID) and
-    --out notes it (STREAM_CHECKPOINT); an --out written before the note adopts the checkpoint
-    it is used with if that one has stream state."""
-    out_p, ck = pathlib.Path(out), pathlib.Path(checkpoint)
-    mark, id_file = out_p / STREAM_CHECKPOINT, ck / STREAM_ID
-    recorded = mark.read_text(encoding="utf-8").strip() if mark.is_file() else None
-    ck_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else None
-    offsets = ck / "landing" / "offsets"
-    has_state = offsets.is_dir() and any(offsets.iterdir())
-    if _commits_mark(out_p)[0] and not has_state:
-        raise SystemExit(
-            f"telemetry_job: --out {out} holds committed micro-batches but the checkpoint {checkpoint} has no "
-            "stream state (new or emptied): its batch ids would start again at 0 and new files be skipped; "
-            "give the stream's own checkpoint, or another --out"
-        )
-    if recorded is not None and recorded != ck_id:
-        raise SystemExit(
-            f"telemetry_job: --out {out} holds the commits of another stream's checkpoint, not of {checkpoint}: "
-            "give that stream's --checkpoint, or another --out"
-        )
-    if ck_id is None:
-        ck_id = secrets.token_hex(16)
-        private_dir(ck)
-        write_private(id_file, ck_id + "\n")
-    if recorded is None:
-        private_dir(out_p)
-        write_private(mark, ck_id + "\n")
-
-
-def take_checkpoint(out: str, checkpoint: str | None) -> str:
-    """What a stream does before its JVM starts: --out a 0700 folder, the checkpoint's lock taken
-    for the rest of this process (lock_checkpoint) and its commits checked to be the
-    checkpoint's (check_same_checkpoint; on a refusal the lock is let go again, if taken here).
-    Returns the checkpoint folder."""
-    private_dir(out)
-    path = checkpoint_of(out, checkpoint)
-    key = os.path.realpath(path)
-    held = key in _HELD
-    lock_checkpoint(path)
-    try:
-        check_same_checkpoint(out, path)
-    except BaseException:
-        if not held:
-            os.close(_HELD.pop(key))
-        raise
-    return path
-
-
-def check_checkpoint_free(out: str, checkpoint: str | None) -> None:
-    """take_checkpoint, but the lock is let go at once: `mqbatch spark` refuses a second stream
-    on a checkpoint, or an --out of another checkpoint, in one line before spark-submit starts a
-    JVM (the job then takes the lock itself, and holds it)."""
-    key = os.path.realpath(checkpoint_of(out, checkpoint))
-    held = key in _HELD
-    take_checkpoint(out, checkpoint)
-    if not held:
-        os.close(_HELD.pop(key))
-
-
-@contextlib.contextmanager
-def _lock(checkpoint: pathlib.Path):
-    """lock_checkpoint for the block (kept if this process held it before the block)."""
-    key = os.path.realpath(checkpoint)
-    held = key in _HELD
-    lock_checkpoint(str(checkpoint))
-    try:
-        yield
-    finally:
-        if not held:
-            os.close(_HELD.pop(key))

@@ -17,8 +17,7 @@ import threading
 import time
 import zipfile
 
-from mqbatch.spark.pipeline import PROGRESS
-from mqbatch.spark.stream import LOCK_HELD
+from mqbatch.spark.lines import LOCK_HELD, PROGRESS
 from mqbatch.util.paths import CHECKOUT, venv_tool
 from mqbatch.util.procs import die_with_parent, on_stop_signals, restore_signals
 
