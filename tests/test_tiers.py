@@ -185,6 +185,7 @@ def run_grouped(env_extra: dict) -> str:
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"]
+        + ["-p", "no:hypothesispytest"]  # (1.5 s of CPU per process to import; no hypothesis test runs here)
         + ["tests/test_tiers.py", "-k", "checker_sees or only_with_a_description"],
         cwd=ROOT,
         env=env,
