@@ -335,38 +335,20 @@ def test_installed_ingest_lands_a_publish(venv, mosquitto, pki):
     "`mqbatch spark` from a wheel needs it",
 )
 @pytest.mark.slow
-def test_installed_printed_command_runs_the_job_in_a_clean_shell_quietly(venv):
-    """The wheel's `mqbatch spark --print-command` line, run from a clean shell (env -i: no
-    venv on PATH, no SPARK_HOME, no PYSPARK_PYTHON), runs the job quietly: a JRE is enough
-    (no javac on PATH when it is printed nor when it runs, an empty cache, no JAVA_HOME: the
-    shipped jar is used, nothing compiled), and its JVM maps the class-data archive the
-    caller's SPARK_SUBMIT_OPTS name (with -Xshare:on a JVM that cannot map it does not start).
-    One JVM start for what were two tests (this and the checkout's printed command in a
-    clean shell, now tests/spark/test_spark_cli.py::test_printed_command_names_...)."""
-    from mqbatch_testing.spark import T0_MS, cds_archive, clean_env, landed, path_without_javac, sample, write_landing
+def test_installed_spark_runs_the_job(venv):
+    from mqbatch_testing.spark import T0_MS, landed, path_without_javac, sample, write_landing
 
     landing, out = venv["cwd"] / "spark-landing", venv["cwd"] / "spark-out"
     subs = [sample(1, seq)[0] for seq in range(3)]
     write_landing(landing, "rec-1", 0, [landed("mqbatch/dev-1/telemetry", subs, T0_MS + 5000)])
+    # a JRE is enough: no javac on PATH, an empty cache, no JAVA_HOME; the shipped jar is used
     cache = venv["cwd"] / "xdg-cache"
     env = {k: v for k, v in venv["env"].items() if k not in ("JAVA_HOME", "MQBATCH_JVM_CACHE")}
     bin_dir = path_without_javac(venv["cwd"] / "no-javac-bin")
-    archive = cds_archive(skip=False)
-    opts = os.environ["SPARK_SUBMIT_OPTS"] + (" -Xshare:on" if archive is not None else "")
-    env.update(XDG_CACHE_HOME=str(cache), PATH=f"{venv['bin']}:{VENV_BIN}:{bin_dir}", SPARK_SUBMIT_OPTS=opts)
-    zip_path = venv["cwd"] / "mqbatch.zip"
-    argv = ["spark", "--landing", str(landing), "--out", str(out), "--print-command", "--pyfiles-zip", str(zip_path)]
-    dry = run(venv, *argv, timeout=120, env=env)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    line = dry.stdout.strip()
-    assert line.startswith("env ") and "SPARK_HOME=/" in line and "PYSPARK_PYTHON=/" in line, line
-    assert (f"-XX:SharedArchiveFile={archive}" in line) == (archive is not None), line
-    shell = dict(clean_env(), PATH=bin_dir, XDG_CACHE_HOME=str(cache))
-    s = subprocess.run(["/bin/sh", "-c", line], env=shell, cwd=venv["cwd"], capture_output=True, text=True, timeout=600)
+    env.update(XDG_CACHE_HOME=str(cache), PATH=f"{venv['bin']}:{VENV_BIN}:{bin_dir}")
+    s = run(venv, "spark", "--landing", str(landing), "--out", str(out), timeout=600, env=env)
     assert s.returncode == 0, s.stdout[-3000:] + s.stderr[-3000:]
-    said = dry.stderr + s.stderr
-    assert "fast path is off" not in said and "javac" not in said, said[-3000:]
-    assert "Exception" not in s.stderr and " INFO " not in s.stderr, s.stderr[-3000:]
+    assert "fast path is off" not in s.stderr and "javac" not in s.stderr, s.stderr[-3000:]
     assert not cache.exists(), sorted(cache.rglob("*"))  # nothing compiled, nothing cached
     report = json.loads((out / "report.json").read_text())
     assert report["records"] == {"received": 3, "unique": 3, "duplicates": 0, "key_collisions": 0}, report

@@ -21,7 +21,7 @@ from test_spark_job import expected_report, scenario_files
 from test_spark_outputs import not_utc_micros
 
 from mqbatch_testing import VENV_BIN
-from mqbatch_testing.spark import cds_archive, write_landing
+from mqbatch_testing.spark import cds_archive, clean_env, write_landing
 
 pytestmark = pytest.mark.spark
 MQBATCH = str(VENV_BIN / "mqbatch")
@@ -39,14 +39,28 @@ def scenario_dir(tmp_path_factory):
 # -- arguments are checked before any JVM starts ------------------------------------------
 
 
-def test_the_command_imports_neither_pyspark_nor_pandas_before_spark_submit():
-    """`mqbatch spark` checks its arguments and the checkpoint, then runs spark-submit; the job
-    imports pyspark there. The command itself imported pyspark and pandas (through the stream
-    module for its checkpoint check): 1.3-1.6 s of CPU before every run, now ~0.7 s in all."""
-    code = "import sys, mqbatch.commands.spark; print(sorted({'pyspark', 'pandas', 'numpy'} & set(sys.modules)))"
-    out = subprocess.run([str(VENV_BIN / "python"), "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", out.stdout
+def test_the_command_imports_neither_pyspark_nor_pandas_before_spark_submit(tmp_path):
+    """`mqbatch spark` checks its arguments and the checkpoint, builds the command, then runs
+    spark-submit; the job imports pyspark there. The command itself imported pyspark and
+    pandas (through the stream module for its checkpoint check): 1.3-1.6 s of CPU before every
+    run, now ~0.7 s in all. Checked after the command was built (--print-command) and the
+    JVM options chosen (cds.map_options), with no SPARK_HOME: the jars are found, not imported."""
+    (tmp_path / "landing").mkdir()
+    code = (
+        "import sys\n"
+        "from mqbatch import cli\n"
+        "from mqbatch.spark import cds\n"
+        "argv = ['spark', '--landing', 'landing', '--out', 'out', '--print-command', '--pyfiles-zip', 'm.zip']\n"
+        "assert cli.main(argv) == 0\n"
+        "cds.map_options(None)\n"
+        "print(sorted({'pyspark', 'pandas', 'numpy'} & set(sys.modules)), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "SPARK_CONF_DIR")}
+    out = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -68,15 +82,14 @@ def test_bad_arguments_fail_before_spark_starts(tmp_path, argv, message):
 # -- the printed command, in a clean shell ---------------------------------------------------
 
 
-def test_printed_command_names_absolute_paths_and_the_archive_it_is_given(tmp_path):
-    """The line `--print-command` prints carries SPARK_HOME and PYSPARK_PYTHON as absolute
-    paths, so it runs from a clean shell, and maps no archive of its own (it may run on
-    another machine) but the caller's SPARK_SUBMIT_OPTS, here the tests' with this
-    checkout's archive (mqbatch.spark.cds). The line is run from a clean shell (env -i: no
-    venv on PATH, no SPARK_HOME, no PYSPARK_PYTHON), quietly, by the wheel's test:
-    tests/test_wheel.py::test_installed_printed_command_runs_the_job_in_a_clean_shell_quietly
-    (one JVM start for both)."""
+def test_printed_command_runs_in_a_clean_shell_quietly(tmp_path):
+    """env -i: no venv on PATH, no SPARK_HOME, no PYSPARK_PYTHON. An empty landing zone
+    (which used to end in RejectedExecutionException errors at shutdown)."""
     (tmp_path / "landing").mkdir()
+    # and its JVM maps the class-data archive `make test` wrote (mqbatch.spark.cds): with
+    # -Xshare:on a JVM that cannot map it does not start (test_cds.py shows one that does not fit)
+    # (a printed command maps no archive of its own: it may run on another machine; the
+    # caller's SPARK_SUBMIT_OPTS, here the tests' with the archive, go into it)
     archive = cds_archive(skip=False)
     mapped = archive is not None
     opts = os.environ["SPARK_SUBMIT_OPTS"] + (" -Xshare:on" if mapped else "")
@@ -103,7 +116,14 @@ def test_printed_command_names_absolute_paths_and_the_archive_it_is_given(tmp_pa
     line = dry.stdout.strip()
     assert line.startswith("env ") and "SPARK_HOME=/" in line and "PYSPARK_PYTHON=/" in line
     assert (f"-XX:SharedArchiveFile={archive}" in line) == mapped, line
-    assert f"--py-files {tmp_path / 'mqbatch.zip'} " in line and (tmp_path / "mqbatch.zip").is_file()
+    proc = subprocess.run(
+        ["/bin/sh", "-c", line], env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 landed PUBLISHes, 0 records" in proc.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["landed"] == 0 and report["devices"] == {}
+    assert "Exception" not in proc.stderr and " INFO " not in proc.stderr, proc.stderr[-3000:]
 
 
 # -- signals ----------------------------------------------------------------------------

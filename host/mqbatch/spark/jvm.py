@@ -20,6 +20,7 @@ job decodes everything in Python (about 2.5x slower at 1 M records) and says so 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -65,9 +66,10 @@ def spark_jars_dir() -> pathlib.Path:
     home = os.environ.get("SPARK_HOME")
     if home and (pathlib.Path(home) / "jars").is_dir():
         return pathlib.Path(home) / "jars"
-    import pyspark
-
-    return pathlib.Path(pyspark.__file__).resolve().parent / "jars"
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: `mqbatch spark` imports no pyspark
+    if spec is None or spec.origin is None:
+        raise ImportError("pyspark is not installed")
+    return pathlib.Path(spec.origin).resolve().parent / "jars"
 
 
 def cache_dir() -> pathlib.Path:
