@@ -25,6 +25,8 @@ def _rows(rng, boots=6):
             rows.append((device, boot, int(s), True, dropped))
             if rng.random() < 0.05:  # a collision: the same seq again, other content, kept
                 rows.append((device, boot, int(s), False, None))
+        if rng.random() < 0.3:  # a row that is no first arrival above every first arrival's seq
+            rows.append((device, boot, int(seqs.max()) + int(rng.integers(1, 5)), False, int(rng.integers(0, 9))))
     return rows
 
 
@@ -58,7 +60,10 @@ def _batches(rows, cuts) -> list:
         names=arrival.IN_COLUMNS,
     )
     edges = [0, *sorted(cuts), len(rows)]
-    return [whole.slice(a, b - a) for a, b in zip(edges, edges[1:])]
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        out += [whole.slice(a, b - a), whole.slice(0, 0)]  # and an empty batch after each
+    return out
 
 
 def _figures(rows, window, cuts):
@@ -83,27 +88,35 @@ def test_boot_figures_equal_a_row_by_row_count_wherever_the_batches_split(window
         assert _figures(rows, window, cuts) == _by_hand(rows, window), (window, trial)
 
 
+def test_no_rows_no_figures():
+    assert list(arrival.boot_figures(10)(iter([]))) == []
+    assert _figures([("d", 1, 5, True, None)], 10, set()) == {("d", 1): (1, 1, 5, None, 0, 0)}
+
+
 def test_the_seqs_held_for_the_window_stay_within_it():
-    """A boot of 20,000 first arrivals in batches of 100, window 50: the pass holds at most
-    50 seqs, whatever the size of the boot."""
+    """A boot of 200,000 first arrivals in batches of 100, window 50: the pass holds at most
+    about twice max(window, 1,024) seqs, whatever the size of the boot; with a window larger
+    than the boot it holds the boot's first arrivals (and is right either way)."""
+    seqs = np.random.default_rng(1).permutation(200_000).astype(np.int64)
+    for window, bound in ((50, 2 * 1024 + 100), (10**9, len(seqs))):
+        boot = arrival._Boot("dev", 1)
+        most = 0
+        for a in range(0, len(seqs), 100):
+            part = seqs[a : a + 100]
+            boot.add(part, np.ones(len(part), bool), np.empty(0, np.int64), window)
+            most = max(most, boot.n_held)
+        assert most <= bound, (window, most)
+        assert boot.row(window)[7] == max(0, len(seqs) - window)
+    small = np.random.default_rng(2).permutation(20_000).astype(np.int64)
     boot = arrival._Boot("dev", 1)
-    seqs = np.random.default_rng(1).permutation(20_000).astype(np.int64)
-    most = 0
-    for a in range(0, len(seqs), 100):
-        part = seqs[a : a + 100]
-        boot.add(part, np.ones(len(part), bool), np.full(len(part), -1, np.int64), 50)
-        most = max(most, len(boot.recent))
-    assert most <= 50
-    assert boot.row()[4:] == (
-        19_999,
-        None,
-        _by_hand([("d", 1, int(s), True, None) for s in seqs], 50)[("d", 1)][4],
-        19_950,
-    )
+    for a in range(0, len(small), 100):
+        boot.add(small[a : a + 100], np.ones(100, bool), np.empty(0, np.int64), 50)
+    late = _by_hand([("d", 1, int(v), True, None) for v in small], 50)[("d", 1)][4]
+    assert boot.row(50)[4:] == (19_999, None, late, 19_950)
 
 
 def test_the_check_fails_for_a_pass_that_forgets_the_seqs_it_carried():
-    """The instrument can fail: a pass that drops the window's seqs at each batch's end
+    """The instrument can fail: a pass that drops the seqs it holds at each batch's end
     undercounts `old` once a boot spans batches."""
 
     class Forgetful(arrival._Boot):
@@ -111,7 +124,7 @@ def test_the_check_fails_for_a_pass_that_forgets_the_seqs_it_carried():
 
         def add(self, seq, key, dropped, window):
             super().add(seq, key, dropped, window)
-            self.recent = self.recent[:0]
+            self.held, self.n_held = [], 0
 
     real = arrival._Boot
     arrival._Boot = Forgetful

@@ -255,7 +255,8 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
     key = F.col(KEY_FIRST) if KEY_FIRST in unique.columns else F.lit(True)
     figures = (
-        unique.select("device", "boot", "seq", key.alias("key"), "dropped_total", *ARRIVAL_ORDER)
+        unique.where(F.col("device").isNotNull() & F.col("boot").isNotNull())  # (valid records have both)
+        .select("device", "boot", "seq", key.alias("key"), "dropped_total", *ARRIVAL_ORDER)
         .repartition("device", "boot")
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
         .select(*arrival.IN_COLUMNS)
@@ -263,7 +264,7 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     )
     limit = F.col("max_seq") - F.lit(opts.reorder_window)
     missing = F.when(limit >= 0, limit + 1 - F.col("old")).otherwise(F.lit(0)).cast("long")
-    return figures.select(
+    return figures.where(F.col("keys") > 0).select(  # (every boot of `unique` has a first arrival)
         "device",
         "boot",
         "unique",
@@ -571,9 +572,11 @@ def first_arrivals(arrivals: DataFrame) -> DataFrame:
     """KEY_COLUMNS of the valid records with their content hash (CONTENT), partitioned by
     (device, boot), with `_first`: the first arrival of its (device, boot, seq, content), kept
     in records/ (a key collision is kept, a resend is not), and KEY_FIRST (_dedup_flags).
-    The report's windows reuse this partitioning."""
+    The report's windows reuse this partitioning. ROW_ID only where the rows have one (the
+    batch job's staged copy; the stream's _decoded/ has none)."""
     content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # run_batch stages it
-    return _dedup_flags(arrivals.select(*KEY_COLUMNS, content.alias(CONTENT)).repartition("device", "boot"))
+    keys = [c for c in KEY_COLUMNS if c != ROW_ID or ROW_ID in arrivals.columns]
+    return _dedup_flags(arrivals.select(*keys, content.alias(CONTENT)).repartition("device", "boot"))
 
 
 def _remove(spark: SparkSession, path: str) -> None:
