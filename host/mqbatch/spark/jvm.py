@@ -61,15 +61,21 @@ def _note(text: str) -> None:
         print(f"mqbatch.spark: {text}", file=sys.stderr, flush=True)
 
 
+def pyspark_home() -> pathlib.Path:
+    """The pyspark installation of this interpreter, found, not imported (`mqbatch spark`
+    imports no pyspark itself); ImportError when there is none."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ImportError("pyspark is not installed")
+    return pathlib.Path(spec.origin).parent
+
+
 def spark_jars_dir() -> pathlib.Path:
     """PySpark's jars/ (the Spark the job runs with), or $SPARK_HOME/jars."""
     home = os.environ.get("SPARK_HOME")
     if home and (pathlib.Path(home) / "jars").is_dir():
         return pathlib.Path(home) / "jars"
-    spec = importlib.util.find_spec("pyspark")  # found, not imported: `mqbatch spark` imports no pyspark
-    if spec is None or spec.origin is None:
-        raise ImportError("pyspark is not installed")
-    return pathlib.Path(spec.origin).resolve().parent / "jars"
+    return pyspark_home().resolve() / "jars"
 
 
 def cache_dir() -> pathlib.Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import os
 import pathlib
 import signal
@@ -17,6 +16,7 @@ import threading
 import time
 import zipfile
 
+from mqbatch.spark.jvm import pyspark_home
 from mqbatch.spark.lines import LOCK_HELD, PROGRESS
 from mqbatch.util.paths import CHECKOUT, venv_tool
 from mqbatch.util.procs import die_with_parent, on_stop_signals, restore_signals
@@ -61,10 +61,10 @@ def write_log_config(directory: pathlib.Path, level: str) -> pathlib.Path:
 
 def spark_home() -> pathlib.Path:
     """The pyspark installation of this interpreter (what find_spark_home.py looks for)."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise SystemExit(f"mqbatch spark: pyspark is not installed for {sys.executable} (run `make setup`)")
-    return pathlib.Path(spec.origin).parent
+    try:
+        return pyspark_home()
+    except ImportError:
+        raise SystemExit(f"mqbatch spark: pyspark is not installed for {sys.executable} (run `make setup`)") from None
 
 
 def submit_env(
