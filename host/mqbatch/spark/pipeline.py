@@ -393,14 +393,23 @@ def build_report(
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
     quarantined landing files (files.BadFile). Four small aggregates are collected at once
-    (outcomes, per boot, latency, released per boot: _collect_together) and merged on the driver."""
-    unique = unique if unique is not None else deduplicate(records(decoded))
-    outcomes, boots, latency, released = _collect_together(
-        lambda: outcome_counts(decoded),
-        boot_quality(unique, opts).collect,
-        latency_percentiles(unique).collect,
-        accounting.released_per_boot(records(decoded)).collect,
-    )
+    (outcomes, per boot, latency, released per boot: _collect_together) and merged on the driver.
+    Without `unique`, the records are de-duplicated once, on their arrival keys only
+    (first_arrivals, persisted while the aggregates run), for the two that read them."""
+    keys = None
+    if unique is None:
+        keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
+        unique = keys.where(F.col("_first"))
+    try:
+        outcomes, boots, latency, released = _collect_together(
+            lambda: outcome_counts(decoded),
+            boot_quality(unique, opts).collect,
+            latency_percentiles(unique).collect,
+            accounting.released_per_boot(records(decoded)).collect,
+        )
+    finally:
+        if keys is not None:
+            keys.unpersist()
     devices = _devices(outcomes, boots, latency)
     accounting.add_accounting(devices, released)  # issue 22
     landed = [r for r in outcomes if r["landed_first"]]

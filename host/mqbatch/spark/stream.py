@@ -56,7 +56,6 @@ from mqbatch.spark.pipeline import (
     build_report,
     content_hash,
     deduplicate,
-    first_arrivals,
     job_decode,
     make_private,
     private_output,
@@ -99,13 +98,7 @@ def _report_of(
     (with the landing entries the job skips, files.skipped_report, when `landing` is given)."""
     dirs = [str(d) for d in decoded_dirs if _has_parquet(d)]
     decoded = spark.read.schema(DECODED_SCHEMA).parquet(*dirs) if dirs else spark.createDataFrame([], DECODED_SCHEMA)
-    # de-duplicated once, on the arrival keys only, for the two aggregates that read the unique
-    # records (as run_batch does; before, each of them de-duplicated the whole history itself)
-    keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        report = build_report(decoded, opts, keys.where(F.col("_first")), bad)
-    finally:
-        keys.unpersist()
+    report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
     if landing is not None:
         report["skipped_landing_entries"] = landing_files.skipped_report(landing)
     return report
