@@ -237,3 +237,51 @@ def test_read_landing_names_a_folder_named_like_a_landing_file(tmp_path):
     (tmp_path / "landing-x-00000000.parquet").mkdir()
     with pytest.raises(ValueError, match="landing-x-00000000.parquet named like landing files but not regular"):
         L.read_landing(tmp_path)
+
+
+@pytest.mark.parametrize("wait, groups", [(0.1, 1), (0.0, 2)])
+def test_group_commit_waits_for_the_messages_right_behind_the_first(tmp_path, wait, groups):
+    """RecorderConfig.commit_wait_s: woken by one message, the writer waits that long for more and
+    writes and fsyncs them as one group (the bench's "PUBLISHes per fsync"). Without the wait, the
+    messages arriving just after the first are a group of their own. Every message is landed once,
+    in order, either way."""
+    import io
+    import threading
+
+    from mqbatch.ingest.recorder import Recorder, RecorderConfig, _Item
+
+    cfg = RecorderConfig("127.0.0.1", 1, str(tmp_path / "landing"), e2e_ack=False, commit_wait_s=wait)
+    rec = Recorder(cfg, out=io.StringIO())
+    all_put = threading.Event()
+    real_append = rec.writer.append
+
+    def append(msg):  # the first group is being written: hold it until the rest are queued
+        assert all_put.wait(10)
+        return real_append(msg)
+
+    rec.writer.append = append
+    item = lambda i: _Item(L.Landed(f"mqbatch/dev-{i}/telemetry", b"x%d" % i, []), i + 1, 1, 0)  # noqa: E731
+    rec._queue.put(item(0))
+    writer = threading.Thread(target=rec._land_until_sentinel)
+    writer.start()
+    deadline = time.monotonic() + 10
+    while rec._queue.qsize() and time.monotonic() < deadline:  # until the writer took the first
+        time.sleep(0.001)
+    time.sleep(0.02)  # without a wait, the writer has looked for more by now, and found none
+    for i in range(1, 6):  # well within the 0.1 s wait
+        rec._queue.put(item(i))
+    rec._queue.put(None)
+    all_put.set()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert (rec.received, rec.landed, rec.commits) == (6, 6, groups)
+    rec.writer.close()
+    assert [r["payload"] for r in L.read_landing(tmp_path / "landing").to_pylist()] == [b"x%d" % i for i in range(6)]
+
+
+def test_group_commit_wait_is_bounded():
+    from mqbatch.ingest.recorder import RecorderConfig
+
+    for bad in (-0.001, 0.5):
+        with pytest.raises(ValueError, match="commit_wait_s must be 0..0.1 s"):
+            RecorderConfig("127.0.0.1", 1, "/nonexistent", commit_wait_s=bad)

@@ -298,13 +298,143 @@ def _check_table(pending, stats, i) -> None:
             stats["failures"].append(f"cases up to {i}: Arrow row {j} differs from the landed row")
 
 
+# -- differential: the recorder's PUBLISH property parser against paho's own ---------------
+
+PUBLISH_IDS = [PFI, EXPIRY, CONTENT_TYPE, RESPONSE_TOPIC, CORRELATION, SUB_ID, 35, USER]  # 35: Topic Alias
+ALL_IDS = [1, 2, 3, 8, 9, 11, 17, 18, 19, 21, 22, 23, 24, 25, 26, 28, 31, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]
+
+
+# MQTT 5.0 section 2.2.2.2: each property's value type
+TYPE_OF = {
+    **dict.fromkeys([1, 23, 25, 36, 37, 40, 41, 42], "byte"),
+    **dict.fromkeys([19, 33, 34, 35], "int2"),
+    **dict.fromkeys([2, 17, 24, 39], "int4"),
+    11: "vbi",
+    **dict.fromkeys([9, 22], "binary"),
+    **dict.fromkeys([3, 8, 18, 21, 26, 28, 31], "utf8"),
+    38: "pair",
+}
+
+
+def odd_properties(rng: random.Random) -> bytes:
+    """A property block of any identifiers (also ones not allowed on a PUBLISH, unknown ones,
+    two-byte ones), repeated single properties, values out of paho's ranges, strings and
+    binary data whose lengths run past the block: what a broker would not forward."""
+    props = b""
+    for _ in range(rng.choice([1, 2, 3, 5])):
+        r = rng.random()
+        if r < 0.5:
+            ident = rng.choice(PUBLISH_IDS)
+        else:
+            ident = rng.choice(ALL_IDS) if r < 0.8 else rng.choice([0, 4, 127, 0x81, 0xA6, 255])
+        props += bytes([ident]) if ident < 128 or rng.random() < 0.5 else bytes([ident, 0])
+        kind = TYPE_OF.get(ident) if rng.random() < 0.6 else None
+        if kind is not None:  # a value of the identifier's type, at the edges of paho's ranges
+            props += {
+                "byte": lambda: bytes([rng.choice([0, 1, 2, 255])]),
+                "int2": lambda: struct.pack("!H", rng.choice([0, 1, 65535])),
+                "int4": lambda: struct.pack("!I", rng.choice([0, 1, 2**32 - 1])),
+                "vbi": lambda: codec.vbi_encode(rng.choice([0, 1, 268_435_455])),
+                "binary": lambda: struct.pack("!H", 3) + b"\x00\xff\x01",
+                "utf8": lambda: _utf8(_text(rng)),
+                "pair": lambda: _utf8(_text(rng)) + _utf8(_text(rng)),
+            }[kind]()
+            continue
+        shape = rng.random()
+        if shape < 0.3:
+            props += bytes([rng.choice([0, 1, 2, 255])])
+        elif shape < 0.5:
+            props += struct.pack("!H", rng.choice([0, 1, 65535])) + struct.pack("!I", rng.randint(0, 2**32 - 1))
+        elif shape < 0.8:
+            text = _text(rng).encode()
+            props += struct.pack("!H", len(text) + rng.choice([0, 0, 0, 1, 40])) + text
+        else:
+            props += codec.vbi_encode(rng.choice([0, 1, 268_435_455]))
+    if rng.random() < 0.2:
+        props = props[: rng.randint(0, len(props))]
+    stated = len(props) + rng.choice([0, 0, 0, -1, 1, 5])
+    return codec.vbi_encode(max(0, stated)) + props
+
+
+def _outcome(h: Harness, command: int, body: bytes) -> tuple:
+    """What paho's PUBLISH handler made of body: the refusal, or every attribute of the
+    message's Properties (paho's tables included) with the topic, payload and flags."""
+    row = h.feed(command, body)
+    if row is None:
+        return ("refused", type(h.refused).__name__, str(h.refused))
+    m = h.msg
+    return ("landed", dict(m.properties.__dict__), m._topic, bytes(m.payload), m.qos, m.mid, m.retain, m.dup)
+
+
+def differential(cases: int, seed: int) -> dict:
+    """Feed each case through paho's PUBLISH handler twice, with the recorder's property
+    parser (mqbatch.util.paho_compat, installed) and with paho's own (read_utf kept in
+    both: the U+FEFF fix is not what is compared); every outcome must be the same."""
+    import paho.mqtt.properties as props
+
+    from mqbatch.util import paho_compat
+
+    rng = random.Random(seed)
+    h = Harness()
+    stats = {"cases": 0, "odd": 0, "refused": 0, "fast_path": 0, "failures": []}
+    paho_compat.install()
+    ours = (props.Properties.unpack, props.Properties.__init__)
+    taken = [0]
+
+    def counting_parse(b, _parse=paho_compat._parse):
+        out = _parse(b)
+        taken[0] += 1
+        return out
+
+    paho_compat._parse = counting_parse
+    try:
+        for i in range(cases):
+            command, body, _ = generate(rng)
+            r = rng.random()
+            if r < 0.3:  # the same topic and id, an odd property block
+                at = 2 + (body[0] << 8 | body[1]) + (2 if command & 0x06 else 0)
+                body = body[:at] + odd_properties(rng) + rng.randbytes(rng.choice([0, 3, 30]))
+                stats["odd"] += 1
+            elif r < 0.5:
+                body = mutate(rng, body)
+            props.Properties.unpack, props.Properties.__init__ = ours
+            got = _outcome(h, command, body)
+            props.Properties.unpack, props.Properties.__init__ = paho_compat.PAHO_UNPACK, paho_compat.PAHO_INIT
+            want = _outcome(h, command, body)
+            stats["cases"] += 1
+            stats["refused"] += want[0] == "refused"
+            if got != want:
+                stats["failures"].append(f"case {i}: recorder's parser {got!r:.300}, paho's {want!r:.300}")
+    finally:
+        paho_compat._parse = counting_parse.__defaults__[0]
+        paho_compat.install()
+        h.landed.clear()
+    stats["fast_path"] = taken[0]
+    return stats
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--progress-s", type=float, default=30.0)
+    ap.add_argument(
+        "--differential",
+        action="store_true",
+        help="compare the recorder's PUBLISH property parser with paho's own, case by case",
+    )
     a = ap.parse_args(argv)
     t = time.monotonic()
+    if a.differential:
+        d = differential(a.cases, a.seed)
+        print(
+            f"fuzz_recorder_props --differential: {d['cases']:,} cases (seed {a.seed}), {d['odd']:,} with odd property "
+            f"blocks, {d['refused']:,} refused by paho, {d['fast_path']:,} parsed by the recorder's own path, "
+            f"{len(d['failures'])} differences, {time.monotonic() - t:.0f} s"
+        )
+        for f in d["failures"][:10]:
+            print("  " + f)
+        return 1 if d["failures"] else 0
     s = run(a.cases, a.seed, a.progress_s)
     print(
         f"fuzz_recorder_props: {s['cases']:,} cases (seed {a.seed}), {s['mutated']:,} mutated, "

@@ -208,6 +208,8 @@ def _child_recorder(cfg: dict) -> dict:
         "vmhwm_kb": _vmhwm_kb(),
         "files": rec.files_rolled,
         "e2e_sent": rec.e2e_sent,
+        "commit_wait_s": rc.commit_wait_s,
+        "commits": rec.commits,
     }
 
 
@@ -299,7 +301,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
             print(
                 f"ingest bench: {n:,} PUBLISHes of {RECORDS_PER_PUBLISH} records ({size:,.0f} B payload each, "
                 f"{n * size / 1e6:,.1f} MB) per consumer, {repeat} repetitions, recorder segments of "
-                f"{args.roll_mb:g} MiB rolled in chunks of {args.chunk_mb:g} MiB, end-to-end acks "
+                f"{args.roll_mb:g} MiB rolled in chunks of {args.chunk_mb:g} MiB, group commit wait "
+                f"{'the default' if args.commit_wait_ms is None else f'{args.commit_wait_ms:g} ms'}, end-to-end acks "
                 f"{'on' if args.e2e_ack else 'off'}, Mosquitto TLS "
                 f"{'saving on every change ' if 'autosave_on_changes true' in stack.broker.config else ''}on "
                 f"{stack.broker.host}:{stack.broker.port}",
@@ -318,6 +321,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
                             "chunk_bytes": int(args.chunk_mb * (1 << 20)),
                             "e2e_ack": args.e2e_ack,
                         }
+                        if args.commit_wait_ms is not None:
+                            cfg["recorder"]["commit_wait_s"] = args.commit_wait_ms / 1000
                     _session(cfg, create=True)
                     pub_rates.append(publish(stack, n, batches))
                     r = _run_child(role, cfg, tmp)
@@ -328,7 +333,8 @@ def bench_ingest(args: argparse.Namespace) -> int:
                     f"  rep {rep + 1}: counter {n / c['seconds']:,.0f} PUBLISH/s, recorder {n / r['seconds']:,.0f} "
                     f"PUBLISH/s (ratio {c['seconds'] / r['seconds']:.2f}), recorder peak RSS "
                     f"{r['vmhwm_kb'] / 1024:,.0f} MB, counter {c['vmhwm_kb'] / 1024:,.0f} MB, "
-                    f"{r['e2e_sent']:,} e2e ack PUBLISHes",
+                    f"{r['e2e_sent']:,} e2e ack PUBLISHes, {n / r['commits']:.1f} PUBLISHes per fsync "
+                    f"(group commit wait {r['commit_wait_s'] * 1000:g} ms)",
                     flush=True,
                 )
         finally:
@@ -367,6 +373,7 @@ def bench_ingest(args: argparse.Namespace) -> int:
             "payload_bytes": size,
             "roll_mb": args.roll_mb,
             "chunk_mb": args.chunk_mb,
+            "commit_wait_ms": args.commit_wait_ms,
             "publisher_rates": pub_rates,
             "counter_rates": cs,
             "recorder_rates": rs,
@@ -383,6 +390,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=None, help="repetitions (default 5)")
     p.add_argument("--roll-mb", type=float, default=64, help="recorder segment size in MiB (default 64)")
     p.add_argument("--chunk-mb", type=float, default=8, help="recorder row-group chunk in MiB (default 8)")
+    p.add_argument(
+        "--commit-wait-ms",
+        type=float,
+        default=None,
+        help="the recorder's group commit wait in ms (default: RecorderConfig.commit_wait_s's; 0: off)",
+    )
     p.add_argument("--quick", action="store_true", help="a few seconds (CI): 300 PUBLISHes, 2 repetitions")
     p.add_argument(
         "--no-e2e-ack",
