@@ -432,18 +432,21 @@ def main(argv=None) -> int:
             f"blocks, {d['refused']:,} refused by paho, {d['fast_path']:,} parsed by the recorder's own path, "
             f"{len(d['failures'])} differences, {time.monotonic() - t:.0f} s"
         )
-        for f in d["failures"][:10]:
-            print("  " + f)
-        return 1 if d["failures"] else 0
+        return _failures(d["failures"])
     s = run(a.cases, a.seed, a.progress_s)
     print(
         f"fuzz_recorder_props: {s['cases']:,} cases (seed {a.seed}), {s['mutated']:,} mutated, "
         f"{s['refused_by_paho']:,} refused by paho's parser, {s['user_properties']:,} user properties landed, "
         f"{len(s['failures'])} failures, {time.monotonic() - t:.0f} s"
     )
-    for f in s["failures"][:10]:
+    return _failures(s["failures"])
+
+
+def _failures(failures: list[str]) -> int:
+    """Print the first ten; the exit status."""
+    for f in failures[:10]:
         print("  " + f)
-    return 1 if s["failures"] else 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -115,16 +115,23 @@ def _utf8(b: bytes, i: int, end: int) -> tuple[str, int]:
     return text, j
 
 
-def _parse(b: bytes) -> tuple[dict, int]:
-    """({attribute: value}, bytes used) of the property block at the start of b, or _NotPlain."""
-    value, mult, i = 0, 1, 0
-    while True:
+def _vbi(b: bytes, i: int, end: int) -> tuple[int, int]:
+    """A Variable Byte Integer at b[i:] ending before end, decoded as paho does (any length):
+    (value, the index after it)."""
+    value, mult = 0, 1
+    while i < end:
         digit = b[i]
         i += 1
         value += (digit & 127) * mult
         if digit < 128:
-            break
+            return value, i
         mult *= 128
+    raise _NotPlain
+
+
+def _parse(b: bytes) -> tuple[dict, int]:
+    """({attribute: value}, bytes used) of the property block at the start of b, or _NotPlain."""
+    value, i = _vbi(b, 0, len(b))
     end = i + value
     if end > len(b):
         raise _NotPlain
@@ -156,16 +163,7 @@ def _parse(b: bytes) -> tuple[dict, int]:
             v = b[i + 2 : j]
             i = j
         elif kind == _VBI:
-            v, m = 0, 1
-            while i < end:
-                digit = b[i]
-                i += 1
-                v += (digit & 127) * m
-                if digit < 128:
-                    break
-                m *= 128
-            else:
-                raise _NotPlain
+            v, i = _vbi(b, i, end)
         else:
             raise _NotPlain
         if i > end:
