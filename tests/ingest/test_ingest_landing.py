@@ -239,44 +239,66 @@ def test_read_landing_names_a_folder_named_like_a_landing_file(tmp_path):
         L.read_landing(tmp_path)
 
 
-@pytest.mark.parametrize("wait, groups", [(0.1, 1), (0.0, 2)])
-def test_group_commit_waits_for_the_messages_right_behind_the_first(tmp_path, wait, groups):
-    """RecorderConfig.commit_wait_s: woken by one message, the writer waits that long for more and
-    writes and fsyncs them as one group (the bench's "PUBLISHes per fsync"). Without the wait, the
-    messages arriving just after the first are a group of their own. Every message is landed once,
-    in order, either way."""
+@pytest.mark.parametrize(
+    "case, groups, slept",
+    [
+        ("wait", 1, [0]),  # the 5 arriving during the wait join the first message's group
+        ("no wait", 2, []),  # commit_wait_s 0: they arrive while it is written, a group of their own
+        # 20 (a fifth of receive_maximum) queued behind the first: no wait before the first group
+        # (the second, with 4 behind its first, waits)
+        ("enough waiting", 2, [1]),
+        ("window full", 2, []),  # receive_maximum 1: the broker cannot send more, nothing to wait for
+    ],
+)
+def test_group_commit_waits_only_when_more_can_come(tmp_path, monkeypatch, case, groups, slept):
+    """RecorderConfig.commit_wait_s: woken by a message, the writer waits for more before the write
+    and fsync, so they are one group (the bench's PUBLISHes per commit group), unless enough are
+    queued already or the broker's window is full. Every message is landed once, in order.
+    Deterministic: the recorder's sleep is replaced by one that delivers what arrives meanwhile."""
     import io
-    import threading
+    import types
 
-    from mqbatch.ingest.recorder import Recorder, RecorderConfig, _Item
+    from mqbatch.ingest import recorder as R
 
-    cfg = RecorderConfig("127.0.0.1", 1, str(tmp_path / "landing"), e2e_ack=False, commit_wait_s=wait)
-    rec = Recorder(cfg, out=io.StringIO())
-    all_put = threading.Event()
+    queued_first = 20 if case == "enough waiting" else 0
+    cfg = R.RecorderConfig(
+        "127.0.0.1",
+        1,
+        str(tmp_path / "landing"),
+        e2e_ack=False,
+        commit_wait_s=0 if case == "no wait" else 0.001,
+        receive_maximum=1 if case == "window full" else 100,
+    )
+    rec = R.Recorder(cfg, out=io.StringIO())
+    item = lambda i: R._Item(L.Landed(f"mqbatch/dev-{i}/telemetry", b"x%d" % i, []), i + 1, 1, 0)  # noqa: E731
+    n = 1 + queued_first + 5
+    late = [item(i) for i in range(1 + queued_first, n)] + [None]
+    calls = []
+
+    def arrive():  # the messages right behind the first (and the end of the stream)
+        while late:
+            rec._queue.put(late.pop(0))
+
+    def sleep(s):  # noted: how many groups were written before it
+        assert s == 0.001
+        calls.append(rec.commits)
+        arrive()
+
+    monkeypatch.setattr(R, "time", types.SimpleNamespace(**{**vars(R.time), "sleep": sleep}))
     real_append = rec.writer.append
 
-    def append(msg):  # the first group is being written: hold it until the rest are queued
-        assert all_put.wait(10)
+    def append(msg):  # the first group is being written: the rest arrive now if not before
+        arrive()
         return real_append(msg)
 
     rec.writer.append = append
-    item = lambda i: _Item(L.Landed(f"mqbatch/dev-{i}/telemetry", b"x%d" % i, []), i + 1, 1, 0)  # noqa: E731
-    rec._queue.put(item(0))
-    writer = threading.Thread(target=rec._land_until_sentinel)
-    writer.start()
-    deadline = time.monotonic() + 10
-    while rec._queue.qsize() and time.monotonic() < deadline:  # until the writer took the first
-        time.sleep(0.001)
-    time.sleep(0.02)  # without a wait, the writer has looked for more by now, and found none
-    for i in range(1, 6):  # well within the 0.1 s wait
+    for i in range(1 + queued_first):
         rec._queue.put(item(i))
-    rec._queue.put(None)
-    all_put.set()
-    writer.join(10)
-    assert not writer.is_alive()
-    assert (rec.received, rec.landed, rec.commits) == (6, 6, groups)
+    rec._land_until_sentinel()
+    assert calls == slept
+    assert (rec.received, rec.landed, rec.commits) == (n, n, groups)
     rec.writer.close()
-    assert [r["payload"] for r in L.read_landing(tmp_path / "landing").to_pylist()] == [b"x%d" % i for i in range(6)]
+    assert [r["payload"] for r in L.read_landing(tmp_path / "landing").to_pylist()] == [b"x%d" % i for i in range(n)]
 
 
 def test_group_commit_wait_is_bounded():

@@ -320,17 +320,17 @@ def odd_properties(rng: random.Random) -> bytes:
     """A property block of any identifiers (also ones not allowed on a PUBLISH, unknown ones,
     two-byte ones), repeated single properties, values out of paho's ranges, strings and
     binary data whose lengths run past the block: what a broker would not forward."""
-    props = b""
+    parts = []  # whole properties, each identifier and value
     for _ in range(rng.choice([1, 2, 3, 5])):
         r = rng.random()
         if r < 0.5:
             ident = rng.choice(PUBLISH_IDS)
         else:
             ident = rng.choice(ALL_IDS) if r < 0.8 else rng.choice([0, 4, 127, 0x81, 0xA6, 255])
-        props += bytes([ident]) if ident < 128 or rng.random() < 0.5 else bytes([ident, 0])
+        prop = bytes([ident]) if ident < 128 or rng.random() < 0.5 else bytes([ident, 0])
         kind = TYPE_OF.get(ident) if rng.random() < 0.6 else None
         if kind is not None:  # a value of the identifier's type, at the edges of paho's ranges
-            props += {
+            prop += {
                 "byte": lambda: bytes([rng.choice([0, 1, 2, 255])]),
                 "int2": lambda: struct.pack("!H", rng.choice([0, 1, 65535])),
                 "int4": lambda: struct.pack("!I", rng.choice([0, 1, 2**32 - 1])),
@@ -339,17 +339,22 @@ def odd_properties(rng: random.Random) -> bytes:
                 "utf8": lambda: _utf8(_text(rng)),
                 "pair": lambda: _utf8(_text(rng)) + _utf8(_text(rng)),
             }[kind]()
+            parts.append(prop)
             continue
         shape = rng.random()
         if shape < 0.3:
-            props += bytes([rng.choice([0, 1, 2, 255])])
+            prop += bytes([rng.choice([0, 1, 2, 255])])
         elif shape < 0.5:
-            props += struct.pack("!H", rng.choice([0, 1, 65535])) + struct.pack("!I", rng.randint(0, 2**32 - 1))
+            prop += struct.pack("!H", rng.choice([0, 1, 65535])) + struct.pack("!I", rng.randint(0, 2**32 - 1))
         elif shape < 0.8:
             text = _text(rng).encode()
-            props += struct.pack("!H", len(text) + rng.choice([0, 0, 0, 1, 40])) + text
+            prop += struct.pack("!H", len(text) + rng.choice([0, 0, 0, 1, 40])) + text
         else:
-            props += codec.vbi_encode(rng.choice([0, 1, 268_435_455]))
+            prop += codec.vbi_encode(rng.choice([0, 1, 268_435_455]))
+        parts.append(prop)
+    if rng.random() < 0.3:  # one of them again, whole (a single property must not be twice)
+        parts.insert(rng.randint(0, len(parts)), rng.choice(parts))
+    props = b"".join(parts)
     if rng.random() < 0.2:
         props = props[: rng.randint(0, len(props))]
     stated = len(props) + rng.choice([0, 0, 0, -1, 1, 5])

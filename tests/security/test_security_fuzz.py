@@ -128,6 +128,43 @@ def test_the_differential_catches_a_parser_that_differs_from_pahos(monkeypatch, 
     assert fuzz_tool().differential(2_000, seed=8)["failures"]
 
 
+@pytest.mark.parametrize(
+    "check, without",
+    [
+        ("        if i > end:\n            raise _NotPlain\n", ""),  # a value read past its block
+        ("        elif name in out:\n            raise _NotPlain\n", ""),  # a single property twice
+    ],
+    ids=["past-the-block", "repeated-single"],
+)
+def test_the_differential_catches_a_parser_without_one_of_its_checks(monkeypatch, check, without):
+    """Mutants of the parser's own code, each without one check: the differential must see it."""
+    import inspect
+
+    from mqbatch.util import paho_compat
+
+    source = inspect.getsource(paho_compat._parse)
+    assert source.count(check) == 1, "the check to remove is not (once) in _parse"
+    namespace = dict(vars(paho_compat))
+    exec(source.replace(check, without), namespace)  # noqa: S102 - a mutant of our own function
+    monkeypatch.setattr(paho_compat, "_parse", namespace["_parse"])
+    assert fuzz_tool().differential(2_000, seed=8)["failures"]
+
+
+def test_the_parser_is_installed_for_the_tested_paho_only(monkeypatch):
+    import paho.mqtt
+    import paho.mqtt.properties as props
+
+    from mqbatch.util import paho_compat
+
+    assert paho.mqtt.__version__ == paho_compat.PAHO_VERSION
+    assert props.Properties.unpack is paho_compat.publish_unpack
+    monkeypatch.setattr(paho.mqtt, "__version__", "9.9.9")
+    monkeypatch.setattr(props.Properties, "unpack", paho_compat.PAHO_UNPACK)
+    monkeypatch.setattr(props.Properties, "__init__", paho_compat.PAHO_INIT)
+    paho_compat.install()
+    assert props.Properties.unpack is paho_compat.PAHO_UNPACK and props.readUTF is paho_compat.read_utf
+
+
 @pytest.mark.broker
 def test_a_u_feff_property_is_landed_and_the_recorder_goes_on(secure_stack, stack_recorder, tmp_path):
     """Mosquitto forwards a user property holding U+FEFF (valid MQTT); paho-mqtt 2.1.0 raised on it in

@@ -146,7 +146,7 @@ def test_largest_property_load_the_broker_accepts_is_landed_promptly(secure_stac
     }
     print(
         f"{n} empty user properties in one {LIMITS.max_packet_size}-byte-limited PUBLISH: "
-        f"landed {took:.2f} s after sending (paho parsing included; machine shared)"
+        f"landed {took:.2f} s after sending (property parsing included; machine shared)"
     )
     assert landed and b"many-props" in rows and len(rows[b"many-props"]["user_properties"]) == n
     assert set(acked) <= set(rows)

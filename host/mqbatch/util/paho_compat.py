@@ -17,7 +17,7 @@ refuses encoded surrogates U+D800..U+DFFF [MQTT-1.5.4-1] — and no U+0000
 **PUBLISH properties, parsed once per message without paho's per-property overhead.**
 paho builds a Properties object for every incoming PUBLISH and fills it through
 ``__setattr__``, which looks each name up by scanning all 27 names with
-``str.replace`` (about 300 calls per user property) and copies the rest of the packet,
+``str.replace`` (about 100 calls per user property) and copies the rest of the packet,
 payload included, after each property. That was about half of a counting paho
 subscriber's CPU per 3.4 kB batch (docs/ingest.md). publish_unpack parses a PUBLISH
 property block in one pass over indices and sets the same attributes to the same
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import paho.mqtt
 import paho.mqtt.properties as _props
 from paho.mqtt.packettypes import PacketTypes
 
@@ -196,8 +197,9 @@ def publish_unpack(self, buffer):
 
 
 def fast_init(self, packetType):
-    """Properties.__init__ with paho's constant tables copied, not rebuilt (the lists of packet
-    types in `properties` are shared: paho only reads them)."""
+    """Properties.__init__ with paho's constant tables copied, not rebuilt. The lists of packet
+    types in `properties` are shared by every instance: paho 2.1 only reads them (pack,
+    __setattr__, __str__, json), and nothing here may change them."""
     d = self.__dict__
     d["packetType"] = packetType
     d["types"] = list(_TYPES)
@@ -205,7 +207,14 @@ def fast_init(self, packetType):
     d["properties"] = dict(_PROPERTIES)
 
 
+# the paho-mqtt whose parser the differential test compares against (pyproject.toml pins it)
+PAHO_VERSION = "2.1.0"
+
+
 def install() -> None:
+    """The U+FEFF fix; and the PUBLISH property parser if paho is the version it was tested
+    against (another version keeps paho's own parser)."""
     _props.readUTF = read_utf  # looked up as a module global by Properties.readProperty
-    _props.Properties.unpack = publish_unpack  # type: ignore[method-assign]
-    _props.Properties.__init__ = fast_init  # type: ignore[method-assign]
+    if paho.mqtt.__version__ == PAHO_VERSION:
+        _props.Properties.unpack = publish_unpack  # type: ignore[method-assign]
+        _props.Properties.__init__ = fast_init  # type: ignore[method-assign]
