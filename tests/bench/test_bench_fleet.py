@@ -95,6 +95,8 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
         "3",
         "--trigger-seconds",
         "3",
+        "--report-seconds",  # micro-batches after the first write rows and commits only
+        "30",
         "--run-dir",
         str(run),
         "--out",

@@ -25,6 +25,26 @@ def test_phases_split_records_by_sampling_time():
     assert phases([], [], (1.0, 2.0))["steady state"] == {"n": 0}
 
 
+@pytest.mark.fast
+def test_the_latency_bench_gives_the_fleet_run_every_option_it_reads():
+    """bench latency runs bench fleet's run_fleet with its own settings; an option added to
+    bench fleet later (as --receive-maximum was, which run_fleet then read and the latency
+    bench did not set: an AttributeError) must come with fleet's default."""
+    import argparse
+
+    from mqbatch.bench import fleet, latency
+
+    p = argparse.ArgumentParser()
+    latency.add_arguments(p)
+    args = p.parse_args(["--devices", "7", "--report-seconds", "30"])
+    args.out = "OUT"
+    fargs = latency.fleet_args(args)
+    fp = argparse.ArgumentParser()
+    fleet.add_arguments(fp)
+    assert set(vars(fp.parse_args([]))) <= set(vars(fargs))
+    assert (fargs.devices, fargs.rate, fargs.report_seconds, fargs.receive_maximum) == (7, 10, 30, 100)
+
+
 def test_stream_latency_labels_time_to_table_apart_from_recorder_receive():
     from mqbatch.bench.fleet import report_lines
     from mqbatch.bench.report import _latency_section

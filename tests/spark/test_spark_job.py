@@ -461,6 +461,36 @@ def _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path):
     return landing_dir, out, opts, first
 
 
+def test_report_seconds_commits_a_micro_batch_without_recomputing_the_report(
+    job, spark, scenario, tmp_path, monkeypatch, capsys
+):
+    """--report-seconds (issue 24, time to table): a micro-batch within the interval writes its rows
+    and its commit only; report.json stays the earlier commit's, and the report on the way out
+    counts every commit (the report's cost grows with the history, the rows' time must not)."""
+    from mqbatch.spark import stream
+
+    landing_dir, out, opts, first = _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path)
+    report_of, seen = stream._report_of, []
+
+    def noting(*args):  # what is committed and in report.json when a report starts
+        seen.append(
+            (sorted(p.name for p in (out / "_batches").glob("*.json")), json.loads((out / "report.json").read_text()))
+        )
+        return report_of(*args)
+
+    monkeypatch.setattr(stream, "_report_of", noting)
+    report = job.run_stream(spark, str(landing_dir), str(out), opts, report_seconds=3600)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("batch 1: ") and "started" not in x)
+    assert "in records/ after" in line and "report.json not recomputed (next in" in line, line
+    assert stream._tag(1) in {p.name.split("-")[0] for p in (out / "records").rglob("*.parquet")}
+    # one report in this run, the one on the way out: batch 1 was committed before it, and until
+    # then report.json was batch 0's
+    assert seen == [(["0000000000.json", "0000000001.json"], first)], seen
+    assert report == json.loads((out / "report.json").read_text()) == expected_report(False) != first
+    with pytest.raises(ValueError, match="report interval -1 s: must be >= 0"):
+        stream.ReportCadence(-1)
+
+
 @pytest.mark.slow
 def test_a_stop_between_a_commit_and_its_report_leaves_report_json_current(job, spark, scenario, tmp_path, monkeypatch):
     """Issue 22: a stop signal that lands between a micro-batch's commit and the rename of its

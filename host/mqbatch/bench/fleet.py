@@ -237,7 +237,9 @@ def _raise_nofile(n_devices: int) -> None:
         )
 
 
-def _start_spark(run_dir: pathlib.Path, landing: pathlib.Path, out: pathlib.Path, keys, trigger: int, log):
+def _start_spark(
+    run_dir: pathlib.Path, landing: pathlib.Path, out: pathlib.Path, keys, trigger: int, log, report_seconds: int = 0
+):
     from mqbatch.util.paths import venv_tool
 
     local = run_dir / "spark-local"
@@ -248,6 +250,8 @@ def _start_spark(run_dir: pathlib.Path, landing: pathlib.Path, out: pathlib.Path
         "--stream",
         "--trigger-seconds",
         str(trigger),
+        "--report-seconds",
+        str(report_seconds),
         "--landing",
         str(landing),
         "--out",
@@ -353,7 +357,9 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
         spark_log_path = run_dir / "spark.log"
         spark_log = open(spark_log_path, "wb")
         t_spark = time.monotonic()
-        spark = _start_spark(run_dir, landing, out, stack.hmac_keys_file, args.trigger_seconds, spark_log)
+        spark = _start_spark(
+            run_dir, landing, out, stack.hmac_keys_file, args.trigger_seconds, spark_log, args.report_seconds
+        )
         _wait_for("telemetry_job: streaming", spark_log_path, spark, 300)
         say(f"fleet: recorder and streaming job up (job started in {time.monotonic() - t_spark:.0f} s)")
 
@@ -503,6 +509,7 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             "roll_seconds": args.roll_seconds,
             "receive_maximum": args.receive_maximum,
             "trigger_seconds": args.trigger_seconds,
+            "report_seconds": args.report_seconds,
             "ack_timeout": args.ack_timeout,
             "ramp_s": args.ramp_s,
             "setup_s": round(setup_s, 1),
@@ -599,7 +606,8 @@ def plot(series: list[dict], ttt, start_wall: float, fig: dict, path: pathlib.Pa
     ttt_f = fig.get("time_to_table_s", {})
     f.suptitle(
         f"bench fleet: {fig['devices']:,} devices x {fig['rate']:g} rec/s, batches of {fig['batch']}, "
-        f"roll {fig['roll_seconds']:g} s, trigger {fig['trigger_seconds']} s\n"
+        f"roll {fig['roll_seconds']:g} s, trigger {fig['trigger_seconds']} s, report every "
+        f"{fig.get('report_seconds', 0)} s\n"
         f"lost {fig['lost']}, time to table p50 {ttt_f.get('p50', float('nan')):.1f} s "
         f"p99 {ttt_f.get('p99', float('nan')):.1f} s"
     )
@@ -624,7 +632,7 @@ def report_lines(fig: dict) -> list[str]:
         f"devices {fig['devices']:,} x {fig['rate']:g} records/s, batches of {fig['batch']}, {fig['minutes']:g} min "
         f"(+{fig['ramp_s']:g} s ramp), {fig['workers']} worker processes, recorder --roll-seconds "
         f"{fig['roll_seconds']:g} --receive-maximum {fig.get('receive_maximum', 100)}, "
-        f"spark --stream --trigger-seconds {fig['trigger_seconds']}",
+        f"spark --stream --trigger-seconds {fig['trigger_seconds']} --report-seconds {fig.get('report_seconds', 0)}",
         f"  stored {tot['stored']:,} records ({fig['stored_per_s']:,.0f}/s), published {tot['published']:,} "
         f"(+{tot['republished']:,} again after {fig['ack_timeout']:g} s without ack), acked end to end "
         f"{tot['acked']:,}, outbox left {tot['outbox']:,}, dropped on devices {tot['dropped']:,}",
@@ -713,6 +721,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default 100, its default)",
     )
     p.add_argument("--trigger-seconds", type=int, default=10, help="spark --trigger-seconds (default 10, its default)")
+    p.add_argument(
+        "--report-seconds",
+        type=int,
+        default=0,
+        help="spark --report-seconds: report.json at most this often (default 0, its default: every micro-batch)",
+    )
     p.add_argument("--ack-timeout", type=float, default=30.0, help="s before an unacked batch is sent again")
     p.add_argument("--ramp-s", type=float, default=None, help="connections spread over this long (default N/250 s)")
     p.add_argument("--drain-s", type=float, default=120.0, help="most s to wait for the outboxes to empty")

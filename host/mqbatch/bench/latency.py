@@ -64,31 +64,40 @@ def bench_latency(args: argparse.Namespace) -> int:
     return bench_outage(args) if args.outage else bench_table(args)
 
 
+def fleet_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`bench fleet`'s arguments for this run: its defaults (every option run_fleet reads,
+    also those added later), then this bench's settings."""
+    from mqbatch.bench import fleet
+
+    parser = argparse.ArgumentParser(add_help=False)
+    fleet.add_arguments(parser)
+    fargs = parser.parse_args([])
+    fargs.__dict__.update(
+        devices=2 if args.quick else args.devices,
+        rate=args.sample_hz,
+        batch=args.batch,
+        minutes=0.3 if args.quick else args.minutes,
+        workers=1,
+        roll_seconds=args.roll_seconds,
+        trigger_seconds=args.trigger_seconds,
+        report_seconds=args.report_seconds,
+        ramp_s=2.0,
+        progress_s=15.0,
+        out=args.out,
+    )
+    return fargs
+
+
 def bench_table(args: argparse.Namespace) -> int:
     from mqbatch.bench import fleet
     from mqbatch.bench.out import write_result
 
-    devices = 2 if args.quick else args.devices
-    minutes = 0.3 if args.quick else args.minutes
-    fargs = argparse.Namespace(
-        devices=devices,
-        rate=args.sample_hz,
-        batch=args.batch,
-        minutes=minutes,
-        workers=1,
-        roll_seconds=args.roll_seconds,
-        trigger_seconds=args.trigger_seconds,
-        ack_timeout=30.0,
-        ramp_s=2.0,
-        drain_s=120.0,
-        table_wait_s=900.0,
-        progress_s=15.0,
-        out=args.out,
-    )
+    fargs = fleet_args(args)
+    devices, minutes = fargs.devices, fargs.minutes
     print(
         f"latency bench: time to table in streaming mode, {devices} simulated devices x {args.sample_hz:g} "
         f"records/s, batches of {args.batch}, {minutes:g} min, recorder --roll-seconds {args.roll_seconds:g}, "
-        f"spark --stream --trigger-seconds {args.trigger_seconds}",
+        f"spark --stream --trigger-seconds {args.trigger_seconds} --report-seconds {args.report_seconds}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="mqbatch-bench-latency-") as t:
@@ -185,6 +194,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=20, help="records per PUBLISH (default 20: 2 s at 10 Hz)")
     p.add_argument("--roll-seconds", type=float, default=60.0, help="recorder --roll-seconds (default 60, its default)")
     p.add_argument("--trigger-seconds", type=int, default=10, help="spark --trigger-seconds (default 10, its default)")
+    p.add_argument(
+        "--report-seconds",
+        type=int,
+        default=0,
+        help="spark --report-seconds: report.json at most this often (default 0, its default: every micro-batch)",
+    )
     p.add_argument(
         "--outage",
         action="store_true",

@@ -121,6 +121,13 @@ def add_arguments(p: argparse.ArgumentParser, paths_required: bool = True) -> No
         "--once", action="store_true", help="streaming, once: process every landing file not yet processed, then stop"
     )
     p.add_argument("--trigger-seconds", type=_positive, default=10, help="--stream: micro-batch interval (default 10)")
+    p.add_argument(
+        "--report-seconds",
+        type=_non_negative,
+        default=0,
+        help="--stream: recompute report.json at most this often; a micro-batch in between writes its rows "
+        "and commit only (default 0: after every micro-batch; the report on exit is always current)",
+    )
     p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
     p.add_argument(
         "--watermark",

@@ -13,7 +13,11 @@ file source and its checkpoint decide which, by name). For batch id N the job
     from here on (time to table does not wait for the report);
  5. computes report.json of the state after this batch (from _decoded/ and the commits)
     into `.report.json.bN`, writes `_batches/N.json` (the commit, with the quarantined
-    files), and renames the waiting report to report.json.
+    files), and renames the waiting report to report.json. With --report-seconds S, only
+    when S seconds have passed since the last report (ReportCadence): else it writes the
+    commit alone and report.json stays that of an earlier commit until a later batch, a
+    restart or the stop recomputes it (the report's cost grows with the history; the
+    rows' time to table must not).
 
 So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run (the
 restart first deletes the files of a batch moved into place but not committed, then Spark
@@ -280,6 +284,31 @@ def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
             os.replace(src, dst)
 
 
+class ReportCadence:
+    """When a micro-batch recomputes report.json: after every one (every_s 0, the default),
+    or only once every_s seconds have passed since the last report (--report-seconds).
+    The first micro-batch of a run reports unless the run began with a report (run_stream
+    calls done() after the one it writes at a restart)."""
+
+    def __init__(self, every_s: float = 0.0):
+        if every_s < 0:
+            raise ValueError(f"report interval {every_s} s: must be >= 0")
+        self.every_s = every_s
+        self.last: float | None = None
+
+    def due(self) -> bool:
+        return not self.every_s or self.last is None or time.monotonic() - self.last >= self.every_s
+
+    def next_in(self) -> float:
+        """Seconds until the next report is due (0 if due now)."""
+        if self.due() or self.last is None:
+            return 0.0
+        return self.every_s - (time.monotonic() - self.last)
+
+    def done(self) -> None:
+        self.last = time.monotonic()
+
+
 def process_batch(
     spark: SparkSession,
     files_df: DataFrame,
@@ -290,6 +319,7 @@ def process_batch(
     landing: str | None = None,
     checkpoint: str | None = None,
     on_report=None,
+    cadence: ReportCadence | None = None,
 ) -> None:
     out_p, tag = pathlib.Path(out), _tag(batch_id)
     commit = _commit_path(out_p, batch_id)
@@ -334,9 +364,24 @@ def process_batch(
     # stream's history): a restart before the commit deletes them (step 2) and writes the same
     _move_staged(staging, out_p, tag)
     readable = time.monotonic() - started
+    bad_now = [b.as_dict() for b in bad]
+    done = (
+        f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
+        f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
+        f"in records/ after {readable:.1f} s"
+    )
+    if cadence is not None and not cadence.due():  # the commit alone; report.json stays an earlier one's
+        private_dir(commit.parent)
+        write_private(
+            commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1)
+        )
+        shutil.rmtree(staging, ignore_errors=True)
+        if checkpoint is not None:
+            make_private(checkpoint)
+        say(f"{done}, report.json not recomputed (next in {cadence.next_in():.0f} s: --report-seconds)", flush=True)
+        return
     # the report of the state after the commit, written before it: commit and report.json move
     # together (settle_report promotes it if a stop comes in between, here or at the restart)
-    bad_now = [b.as_dict() for b in bad]
     report = _report_of(
         spark,
         [out_p / "_decoded"],
@@ -352,14 +397,11 @@ def process_batch(
     shutil.rmtree(staging, ignore_errors=True)
     if checkpoint is not None:
         make_private(checkpoint)
+    if cadence is not None:
+        cadence.done()
     if on_report is not None:
         on_report(out)
-    say(
-        f"batch {batch_id}: {len(paths)} files ({len(bad)} quarantined), {counts['landed'] or 0} landed rows, "
-        f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
-        f"in records/ after {readable:.1f} s, report.json after {time.monotonic() - started:.1f} s",
-        flush=True,
-    )
+    say(f"{done}, report.json after {time.monotonic() - started:.1f} s", flush=True)
 
 
 def run_stream(
@@ -371,11 +413,15 @@ def run_stream(
     trigger_seconds: int | None = None,
     say=print,
     on_report=None,
+    report_seconds: float = 0.0,
 ) -> dict:
     """Structured Streaming over the landing zone. trigger_seconds None: every file not
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
     until the query is stopped (KeyboardInterrupt, SIGTERM in the job). `on_report(out)`, if
-    given, is called after each rewrite of report.json (the command writes the HTML report)."""
+    given, is called after each rewrite of report.json (the command writes the HTML report).
+    report_seconds > 0: a micro-batch recomputes report.json only if that long has passed
+    since the last report (ReportCadence); the report on the way out is always current."""
+    cadence = ReportCadence(report_seconds)
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
     landing_files.scan(landing)  # a clear error for a missing directory
@@ -389,13 +435,14 @@ def run_stream(
         settle_report(pathlib.Path(out), drop_uncommitted=True)
         if _committed(pathlib.Path(out)):
             stream_report(spark, out, opts, landing)  # also drops a moved but uncommitted batch
+            cadence.done()
             if on_report is not None:
                 on_report(out)
         else:
             drop_uncommitted_outputs(pathlib.Path(out))
 
         def batch(df: DataFrame, batch_id: int) -> None:
-            process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report)
+            process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report, cadence)
 
         query = (
             spark.readStream.format("binaryFile")

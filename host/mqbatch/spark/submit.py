@@ -116,7 +116,7 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))
     if args.stream:
-        out += ["--trigger-seconds", str(args.trigger_seconds)]
+        out += ["--trigger-seconds", str(args.trigger_seconds), "--report-seconds", str(args.report_seconds)]
     if args.checkpoint:
         out += ["--checkpoint", args.checkpoint]
     if args.hmac_keys:
