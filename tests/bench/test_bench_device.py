@@ -37,3 +37,15 @@ def test_bench_device_quick_prints_every_figure(bench_all_quick):
         )
     alloc = re.search(r"([\d.]+) \[[\d.]+\.\.[\d.]+\] heap bytes/record", out)
     assert alloc and float(alloc.group(1)) == 0.0, out  # the record hot path allocates nothing
+
+
+def test_the_app_paths_steps_add_up_to_its_total(bench_all_quick):
+    """The app path's figure by step (sample, append+fsync, read, publish, PUBACK wait, ack+fsync)
+    must account for the path's total time: none left out, none counted twice."""
+    fig = json.loads((bench_all_quick.out / "device.json").read_text())["figures"]["variants"]["firmware/"]
+    parts = fig["app_parts"]
+    assert list(parts) == ["sample", "append+fsync", "read", "publish", "puback_wait", "ack+fsync"]
+    for run, rate in enumerate(fig["app_path"]):
+        total = 1e6 / rate  # us per record over the whole timed loop
+        steps = sum(v[run] for v in parts.values())
+        assert 0.9 * total <= steps <= total, (steps, total, parts)

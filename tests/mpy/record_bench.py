@@ -9,6 +9,7 @@
 #     Outbox.append of the batch (written and flushed to its segment file, as App._seal),
 #     Outbox.read back into the send encoder (as App._load), publish_batch, flush() (the
 #     PUBACK), Outbox.ack; records per second
+#   app_parts_us_per_record: the same path by step (PARTS), us per record
 # Usage: micropython record_bench.py HOST PORT CA|- BATCHES [OUTBOX_DIR]
 import gc
 import json
@@ -20,6 +21,10 @@ from mqb_client import Client
 
 host, port, ca, batches = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 TOPIC = b"mqbatch/bench/telemetry"
+# the steps of the app path: sample x 100; Outbox.append (write + flush: fsync on this port);
+# Outbox.read + load into the send encoder; publish_batch (sending); flush() (the PUBACK's
+# round trip); Outbox.ack (a 4-byte ack record + flush: fsync)
+PARTS = ("sample", "append+fsync", "read", "publish", "puback_wait", "ack+fsync")
 PER_BATCH = 100
 enc, fill = batch_filler(PER_BATCH, 4096 + 80)
 
@@ -91,29 +96,46 @@ if len(sys.argv) > 5:
     out_view = memoryview(out.buf)[80:]
     seq = [0]
 
+    parts = [0] * 6  # us per step, summed over the timed batches (PARTS)
+
     def app_path(k):
         b = 0
         while b < k:
+            t0 = time.ticks_us()
             fill()
+            t1 = time.ticks_us()
             eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
             if eid < 0:
                 raise RuntimeError("outbox refused the batch: %d" % eid)
             seq[0] += PER_BATCH
+            t2 = time.ticks_us()
             n = outbox.read(eid, out_view)
             if n < 0:
                 raise RuntimeError("outbox entry %d unreadable: %d" % (eid, n))
             out.load(n, outbox.entry_records)
+            t3 = time.ticks_us()
             if client.publish_batch(out, TOPIC, 1) < 0:
                 raise RuntimeError("publish_batch did not send")
+            t4 = time.ticks_us()
             if client.flush(10000):
                 raise RuntimeError("no PUBACK within 10 s")
+            t5 = time.ticks_us()
             outbox.ack(eid)
+            t6 = time.ticks_us()
+            parts[0] += time.ticks_diff(t1, t0)
+            parts[1] += time.ticks_diff(t2, t1)
+            parts[2] += time.ticks_diff(t3, t2)
+            parts[3] += time.ticks_diff(t4, t3)
+            parts[4] += time.ticks_diff(t5, t4)
+            parts[5] += time.ticks_diff(t6, t5)
             b += 1
 
     app_path(5)  # warm-up
+    parts[:] = [0] * 6
     t0 = time.ticks_us()
     app_path(batches)
     result["app_records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
+    result["app_parts_us_per_record"] = [[PARTS[i], parts[i] / (batches * PER_BATCH)] for i in range(len(PARTS))]
     outbox.close()
 client.disconnect()
 print(json.dumps(result))

@@ -88,6 +88,10 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
         "us_per_publish": [r["rec"]["us_per_publish"] for r in runs],
         "pipeline": [r["rec"]["records_per_s"] for r in runs],
         "app_path": [r["rec"]["app_records_per_s"] for r in runs],
+        "app_parts": {  # us per record by step, in the script's order (tests/mpy/record_bench.py PARTS)
+            name: [dict(r["rec"]["app_parts_us_per_record"])[name] for r in runs]
+            for name, _ in runs[0]["rec"]["app_parts_us_per_record"]
+        },
         "wait": [r["wait"]["publishes_per_s"] * 100 for r in runs],
         "busy": [r["busy"]["publishes_per_s"] * 100 for r in runs],
     }
@@ -104,7 +108,9 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
     print(f"  sample -> encoder -> client, QoS 1, flush per batch: {spread(fig['pipeline'], ',.0f')} records/s")
     print(
         "  the app's per-record path: sample -> outbox append (flushed per batch) -> read back -> PUBLISH "
-        f"QoS 1 -> PUBACK -> outbox ack, 100-record batches: {spread(fig['app_path'], ',.0f')} records/s"
+        f"QoS 1 -> PUBACK -> outbox ack, 100-record batches: {spread(fig['app_path'], ',.0f')} records/s = "
+        f"{spread([1e6 / r for r in fig['app_path']], '.1f')} us/record, by step (us/record): "
+        + "; ".join(f"{k} {spread(v, '.2f')}" for k, v in fig["app_parts"].items())
     )
     print(
         "  QoS 1, ONE prebuilt batch (100 x 24 B) republished, no record sampled, stored or encoded "
