@@ -48,4 +48,6 @@ def test_the_app_paths_steps_add_up_to_its_total(bench_all_quick):
     for run, rate in enumerate(fig["app_path"]):
         total = 1e6 / rate  # us per record over the whole timed loop
         steps = sum(v[run] for v in parts.values())
-        assert 0.9 * total <= steps <= total, (steps, total, parts)
+        # the steps are disjoint parts of the timed loop, on the same clock: only the loop's own
+        # few instructions lie between them (leaving out the smallest step, read, drops 2 %)
+        assert 0.98 * total <= steps <= total * (1 + 1e-9), (steps, total, parts)

@@ -121,3 +121,23 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
     )
     m = re.search(r"LOST ([\d,]+)", proc.stdout)
     assert proc.returncode == 1 and m and int(m.group(1).replace(",", "")) > 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.fast
+def test_a_dead_streaming_job_is_named_with_its_error(tmp_path):
+    """bench fleet's table wait stops when the streaming job exits and says why (a 10,000-device
+    run waited out 600 s for a job that had died of a Java heap OutOfMemoryError 9 minutes before)."""
+    from mqbatch.bench.fleet import job_failure
+
+    log = tmp_path / "spark.log"
+    log.write_text(
+        "WARN NativeCodeLoader: Unable to load native-hadoop library\n"
+        "26/11/27 02:22:58 ERROR Executor: Exception in task 0.0 in stage 136.0\n"
+        "java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3541)\n"
+    )
+    assert job_failure(log) == "its log: java.lang.OutOfMemoryError: Java heap space"
+    log.write_text("batch 3: started, 2 new landing files\n")
+    assert job_failure(log) == "its log ends: batch 3: started, 2 new landing files"
+    log.write_text("")
+    assert job_failure(log) == "its log is empty"

@@ -100,8 +100,8 @@ if len(sys.argv) > 5:
 
     def app_path(k):
         b = 0
-        while b < k:
-            t0 = time.ticks_us()
+        t0 = time.ticks_us()
+        while b < k:  # each step from the previous one's end: together they cover the loop
             fill()
             t1 = time.ticks_us()
             eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
@@ -128,6 +128,7 @@ if len(sys.argv) > 5:
             parts[3] += time.ticks_diff(t4, t3)
             parts[4] += time.ticks_diff(t5, t4)
             parts[5] += time.ticks_diff(t6, t5)
+            t0 = t6  # (this bookkeeping is timed with the next sample step: < 0.1 %)
             b += 1
 
     app_path(5)  # warm-up

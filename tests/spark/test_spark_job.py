@@ -472,10 +472,9 @@ def test_report_seconds_commits_a_micro_batch_without_recomputing_the_report(
     landing_dir, out, opts, first = _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path)
     report_of, seen = stream._report_of, []
 
-    def noting(*args):  # what is committed and in report.json when a report starts
-        seen.append(
-            (sorted(p.name for p in (out / "_batches").glob("*.json")), json.loads((out / "report.json").read_text()))
-        )
+    def noting(*args):  # what is committed, in report.json, and what a stop would say, when a report starts
+        committed = sorted(p.name for p in (out / "_batches").glob("*.json"))
+        seen.append((committed, json.loads((out / "report.json").read_text()), stream.report_behind(out)))
         return report_of(*args)
 
     monkeypatch.setattr(stream, "_report_of", noting)
@@ -485,10 +484,28 @@ def test_report_seconds_commits_a_micro_batch_without_recomputing_the_report(
     assert stream._tag(1) in {p.name.split("-")[0] for p in (out / "records").rglob("*.parquet")}
     # one report in this run, the one on the way out: batch 1 was committed before it, and until
     # then report.json was batch 0's
-    assert seen == [(["0000000000.json", "0000000001.json"], first)], seen
+    behind = "report.json counts 1 of the 2 committed micro-batches (--report-seconds)"
+    assert [x[:2] for x in seen] == [(["0000000000.json", "0000000001.json"], first)], seen
+    assert seen[0][2].startswith(behind), seen  # what a stop signal at that moment would print
+    assert stream.report_behind(out) is None  # the report on the way out counts every commit
     assert report == json.loads((out / "report.json").read_text()) == expected_report(False) != first
     with pytest.raises(ValueError, match="report interval -1 s: must be >= 0"):
         stream.ReportCadence(-1)
+
+
+def test_report_behind_says_how_many_commits_report_json_counts(tmp_path):
+    """No Spark: the line a stop prints when --report-seconds left report.json behind the commits."""
+    from mqbatch.spark import stream
+
+    (tmp_path / "_batches").mkdir()
+    assert stream.report_behind(tmp_path) is None  # nothing committed: nothing to count
+    for n in range(3):
+        (tmp_path / "_batches" / f"{n:010d}.json").write_text("{}")
+    assert stream.report_behind(tmp_path).startswith("report.json counts 0 of the 3 ")  # no report yet
+    (tmp_path / stream.REPORT_STATE).write_text(json.dumps({"commits": [2, "0000000001.json"]}))
+    assert stream.report_behind(tmp_path).startswith("report.json counts 2 of the 3 committed micro-batches")
+    (tmp_path / stream.REPORT_STATE).write_text(json.dumps({"commits": [3, "0000000002.json"]}))
+    assert stream.report_behind(tmp_path) is None
 
 
 @pytest.mark.slow

@@ -295,6 +295,17 @@ def _wait_for(text: str, path: pathlib.Path, proc: subprocess.Popen, timeout: fl
         time.sleep(0.5)
 
 
+def job_failure(log: pathlib.Path) -> str:
+    """The first line of the streaming job's log that names an error (an OutOfMemoryError, an
+    exception), or its last line."""
+    lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    for mark in ("OutOfMemoryError", " ERROR ", "Traceback", "Exception"):
+        for line in lines:
+            if mark in line:
+                return f"its log: {line[:300]}"
+    return f"its log ends: {lines[-1][:300]}" if lines else "its log is empty"
+
+
 def committed_files(out: pathlib.Path) -> set[str]:
     """The landing files of every micro-batch the streaming job has committed (_batches/N.json)."""
     files: set[str] = set()
@@ -484,11 +495,19 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             if not unprocessed:
                 poller.poll()
                 break
+            if spark.poll() is not None:  # it will not take them: say why now, not at the deadline
+                break
             time.sleep(POLL_S)
         if unprocessed:
             say(
                 f"fleet: the streaming job did not take {len(unprocessed)} of {len(landed_files)} landing files "
-                f"within --table-wait-s {args.table_wait_s:g}: their records are counted as lost (not proven lost)"
+                + (
+                    f"within --table-wait-s {args.table_wait_s:g}"
+                    if spark.poll() is None
+                    else f"before it exited (status {spark.returncode}; {job_failure(spark_log_path)})"
+                )
+                + ": their records are counted as lost (not proven lost: `mqbatch bench fleet --check` after "
+                "`mqbatch spark --once` on the run's landing/ and spark-out/ tells)"
             )
         samples = load_samples(run_dir)
         ramp_end_ms = int((start_wall + args.ramp_s) * 1000)

@@ -126,7 +126,8 @@ def add_arguments(p: argparse.ArgumentParser, paths_required: bool = True) -> No
         type=_non_negative,
         default=0,
         help="--stream: recompute report.json at most this often; a micro-batch in between writes its rows "
-        "and commit only (default 0: after every micro-batch; the report on exit is always current)",
+        "and commit only, and report.json stays an earlier commit's until a later micro-batch or the next "
+        "start (also while idle, and after a stop) (default 0: after every micro-batch)",
     )
     p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
     p.add_argument(

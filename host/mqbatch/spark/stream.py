@@ -15,9 +15,9 @@ file source and its checkpoint decide which, by name). For batch id N the job
     into `.report.json.bN`, writes `_batches/N.json` (the commit, with the quarantined
     files), and renames the waiting report to report.json. With --report-seconds S, only
     when S seconds have passed since the last report (ReportCadence): else it writes the
-    commit alone and report.json stays that of an earlier commit until a later batch, a
-    restart or the stop recomputes it (the report's cost grows with the history; the
-    rows' time to table must not).
+    commit alone and report.json stays that of an earlier commit until a later micro-batch
+    or a restart recomputes it (also while the stream is idle; a stop says so in one line);
+    the report's cost grows with the history, the rows' time to table must not.
 
 So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run (the
 restart first deletes the files of a batch moved into place but not committed, then Spark
@@ -172,6 +172,24 @@ def _note_reported(out: pathlib.Path) -> None:
     digest = hashlib.sha256((out / "report.json").read_bytes()).hexdigest()
     state = {"commits": commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
     write_private(out / REPORT_STATE, json.dumps(state) + "\n")
+
+
+def report_behind(out: pathlib.Path) -> str | None:
+    """Without Spark: a line saying report.json counts fewer commits than `_batches/` holds
+    (--report-seconds skipped the newer ones' reports), or None when it counts them all."""
+    mark = commits_mark(out)
+    try:
+        state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = None
+    counted = state.get("commits") if isinstance(state, dict) else None
+    if counted == mark or not mark[0]:
+        return None
+    n = counted[0] if isinstance(counted, list) and counted else 0
+    return (
+        f"report.json counts {n} of the {mark[0]} committed micro-batches (--report-seconds); "
+        f"the next start, or `mqbatch spark --once` on the same --out, recomputes it first"
+    )
 
 
 def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) -> dict | None:
@@ -420,7 +438,10 @@ def run_stream(
     until the query is stopped (KeyboardInterrupt, SIGTERM in the job). `on_report(out)`, if
     given, is called after each rewrite of report.json (the command writes the HTML report).
     report_seconds > 0: a micro-batch recomputes report.json only if that long has passed
-    since the last report (ReportCadence); the report on the way out is always current."""
+    since the last report (ReportCadence). A run that ends by itself (availableNow) reports
+    every commit on the way out; a stop signal leaves report.json as the last report (no Spark
+    then: the JVM may be gone) and says so in one line (report_behind); the next start
+    recomputes it before anything else."""
     cadence = ReportCadence(report_seconds)
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
@@ -468,6 +489,9 @@ def run_stream(
                     query.stop()
             finally:  # after a stop signal the JVM may be gone: no Spark here
                 settle_report(pathlib.Path(out))
+                behind = report_behind(pathlib.Path(out))
+                if behind is not None:
+                    say(f"telemetry_job: {behind}", flush=True)
         report = stream_report(spark, out, opts, landing)
         make_private(out)
         make_private(checkpoint)
