@@ -493,6 +493,27 @@ def test_report_seconds_commits_a_micro_batch_without_recomputing_the_report(
         stream.ReportCadence(-1)
 
 
+def test_max_bytes_per_trigger_takes_a_backlog_in_bounded_steps(job, spark, scenario, tmp_path, capsys, batch_default):
+    """--max-mb-per-trigger (issue 24): a 10,000-device stream's micro-batch of every file of a
+    backlog ran out of heap. With a bound, each micro-batch takes at most that many bytes of
+    landing files (at least one file): here one file each, the same outputs as the batch job."""
+    landing_dir, out = tmp_path / "landing", tmp_path / "out"
+    landing_dir.mkdir()
+    for name in ("landing-r1-00000000.parquet", "landing-r1-00000001.parquet"):
+        shutil.copy(scenario / name, landing_dir)
+    report = job.run_stream(
+        spark, str(landing_dir), str(out), job.JobOptions(reorder_window=3), max_bytes_per_trigger=1
+    )
+    done = re.findall(r"^batch \d+: (\d+) files", capsys.readouterr().out, re.M)
+    assert done == ["1", "1"], done  # without the bound: one micro-batch of both files
+    batch_out, batch_report = batch_default
+    assert report == batch_report
+    keys = lambda path: _read(spark, path / "records", "device", "boot", "seq")  # noqa: E731
+    assert [(r["device"], r["boot"], r["seq"]) for r in keys(out)] == [
+        (r["device"], r["boot"], r["seq"]) for r in keys(batch_out)
+    ]
+
+
 def test_report_behind_says_how_many_commits_report_json_counts(tmp_path):
     """No Spark: the line a stop prints when --report-seconds left report.json behind the commits."""
     from mqbatch.spark import stream

@@ -48,6 +48,11 @@ class JobOptions:
         )
 
 
+# landing MiB per micro-batch: a 10,000-device run's micro-batch of 31 MB of landing files (2.25 M
+# records) ran out of the default driver heap; 12.9 MB (0.94 M) did not (docs/scale.md)
+DEFAULT_MAX_MB_PER_TRIGGER = 16
+
+
 def _non_negative(text: str) -> int:
     n = int(text)
     if n < 0:
@@ -128,6 +133,14 @@ def add_arguments(p: argparse.ArgumentParser, paths_required: bool = True) -> No
         help="--stream: recompute report.json at most this often; a micro-batch in between writes its rows "
         "and commit only, and report.json stays an earlier commit's until a later micro-batch or the next "
         "start (also while idle, and after a stop) (default 0: after every micro-batch)",
+    )
+    p.add_argument(
+        "--max-mb-per-trigger",
+        type=_non_negative,
+        default=DEFAULT_MAX_MB_PER_TRIGGER,
+        help="--stream/--once: a micro-batch takes at most this many MiB of landing files (at least one file; "
+        f"0: no limit; default {DEFAULT_MAX_MB_PER_TRIGGER}, about a million 10-record-batch records: a backlog "
+        "is taken in bounded steps, not in one micro-batch that outgrows the driver's heap)",
     )
     p.add_argument("--checkpoint", help="--stream/--once checkpoint directory (default OUT/_checkpoint)")
     p.add_argument(

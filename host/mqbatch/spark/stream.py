@@ -432,13 +432,16 @@ def run_stream(
     say=print,
     on_report=None,
     report_seconds: float = 0.0,
+    max_bytes_per_trigger: int = 0,
 ) -> dict:
     """Structured Streaming over the landing zone. trigger_seconds None: every file not
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
     until the query is stopped (KeyboardInterrupt, SIGTERM in the job). `on_report(out)`, if
     given, is called after each rewrite of report.json (the command writes the HTML report).
     report_seconds > 0: a micro-batch recomputes report.json only if that long has passed
-    since the last report (ReportCadence). A run that ends by itself (availableNow) reports
+    since the last report (ReportCadence). max_bytes_per_trigger > 0: a micro-batch takes at
+    most that many bytes of landing files (at least one file; Spark's maxBytesPerTrigger, also
+    with availableNow), so a backlog is taken in bounded steps. A run that ends by itself (availableNow) reports
     every commit on the way out; a stop signal leaves report.json as the last report (no Spark
     then: the JVM may be gone) and says so in one line (report_behind); the next start
     recomputes it before anything else."""
@@ -465,10 +468,11 @@ def run_stream(
         def batch(df: DataFrame, batch_id: int) -> None:
             process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report, cadence)
 
+        source = spark.readStream.format("binaryFile").schema(FILE_SOURCE_SCHEMA)
+        if max_bytes_per_trigger:
+            source = source.option("maxBytesPerTrigger", str(max_bytes_per_trigger))
         query = (
-            spark.readStream.format("binaryFile")
-            .schema(FILE_SOURCE_SCHEMA)
-            .load(landing)
+            source.load(landing)
             .select("path")
             .writeStream.foreachBatch(batch)
             .option("checkpointLocation", f"{checkpoint}/landing")

@@ -117,6 +117,8 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
             out.append("--" + flag.replace("_", "-"))
     if args.stream:
         out += ["--trigger-seconds", str(args.trigger_seconds), "--report-seconds", str(args.report_seconds)]
+    if args.stream or args.once:
+        out += ["--max-mb-per-trigger", str(args.max_mb_per_trigger)]
     if args.checkpoint:
         out += ["--checkpoint", args.checkpoint]
     if args.hmac_keys:
