@@ -174,15 +174,21 @@ def _note_reported(out: pathlib.Path) -> None:
     write_private(out / REPORT_STATE, json.dumps(state) + "\n")
 
 
+def _report_state(out: pathlib.Path) -> dict | None:
+    """REPORT_STATE as _note_reported wrote it, or None (missing, unreadable, another shape)."""
+    try:
+        state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
 def report_behind(out: pathlib.Path) -> str | None:
     """Without Spark: a line saying report.json counts fewer commits than `_batches/` holds
     (--report-seconds skipped the newer ones' reports), or None when it counts them all."""
     mark = commits_mark(out)
-    try:
-        state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        state = None
-    counted = state.get("commits") if isinstance(state, dict) else None
+    state = _report_state(out)
+    counted = state.get("commits") if state is not None else None
     if counted == mark or not mark[0]:
         return None
     n = counted[0] if isinstance(counted, list) and counted else 0
@@ -196,12 +202,12 @@ def _current_report(out: pathlib.Path, opts: JobOptions, landing: str | None) ->
     """report.json when it is exactly what this job wrote after the newest commit (REPORT_STATE:
     same commits, same bytes, same code: REPORT_CODE) for the same options, else None. Its skipped landing entries are
     counted again (no Spark) and report.json rewritten if they changed."""
+    state = _report_state(out)
     try:
-        state = json.loads((out / REPORT_STATE).read_text(encoding="utf-8"))
         data = (out / "report.json").read_bytes()
-    except (OSError, ValueError):
+    except OSError:
         return None
-    if not isinstance(state, dict) or state.get("commits") != commits_mark(out):
+    if state is None or state.get("commits") != commits_mark(out):
         return None
     if state.get("report_sha256") != hashlib.sha256(data).hexdigest():
         return None
@@ -319,8 +325,9 @@ class ReportCadence:
 
     def next_in(self) -> float:
         """Seconds until the next report is due (0 if due now)."""
-        if self.due() or self.last is None:
+        if self.due():
             return 0.0
+        assert self.last is not None  # due() otherwise
         return self.every_s - (time.monotonic() - self.last)
 
     def done(self) -> None:
@@ -388,33 +395,30 @@ def process_batch(
         f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
         f"in records/ after {readable:.1f} s"
     )
-    if cadence is not None and not cadence.due():  # the commit alone; report.json stays an earlier one's
-        private_dir(commit.parent)
-        write_private(
-            commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1)
+    reporting = cadence is None or cadence.due()  # else the commit alone: report.json stays an earlier one's
+    if reporting:
+        # the report of the state after the commit, written before it: commit and report.json move
+        # together (settle_report promotes it if a stop comes in between, here or at the restart)
+        report = _report_of(
+            spark,
+            [out_p / "_decoded"],
+            [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now,
+            opts,
+            landing,
         )
-        shutil.rmtree(staging, ignore_errors=True)
-        if checkpoint is not None:
-            make_private(checkpoint)
-        say(f"{done}, report.json not recomputed (next in {cadence.next_in():.0f} s: --report-seconds)", flush=True)
-        return
-    # the report of the state after the commit, written before it: commit and report.json move
-    # together (settle_report promotes it if a stop comes in between, here or at the restart)
-    report = _report_of(
-        spark,
-        [out_p / "_decoded"],
-        [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now,
-        opts,
-        landing,
-    )
-    waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
+        waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
     private_dir(commit.parent)
     write_private(commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1))
-    _promote(waiting, out_p)
-    _note_reported(out_p)
+    if reporting:
+        _promote(waiting, out_p)
+        _note_reported(out_p)
     shutil.rmtree(staging, ignore_errors=True)
     if checkpoint is not None:
         make_private(checkpoint)
+    if not reporting:
+        assert cadence is not None
+        say(f"{done}, report.json not recomputed (next in {cadence.next_in():.0f} s: --report-seconds)", flush=True)
+        return
     if cadence is not None:
         cadence.done()
     if on_report is not None:

@@ -73,7 +73,6 @@ _BYTE, _INT2, _INT4, _VBI, _BINARY, _UTF8, _PAIR = (
         "UTF-8 String Pair",
     )
 )
-_REPEATABLE = (11, 38)  # paho's allowsMultiple: Subscription Identifier, User Property
 # paho's __setattr__ refuses these values of a single (non-list) property
 _RANGES = {
     "ReceiveMaximum": (1, 65535),
@@ -86,17 +85,12 @@ _RANGES = {
     "PayloadFormatIndicator": (0, 1),
 }
 # identifier -> (attribute name, value type, repeatable, (lo, hi) or None), for those allowed on a PUBLISH
+_ATTRIBUTES = tuple(name.replace(" ", "") for name in _NAMES)  # paho's attribute names, in _NAMES' order
 _PUBLISH = {
-    ident: (
-        name.replace(" ", ""),
-        _PROPERTIES[ident][0],
-        ident in _REPEATABLE,
-        _RANGES.get(name.replace(" ", "")),
-    )
-    for name, ident in _NAMES.items()
+    ident: (attr, _PROPERTIES[ident][0], _PROTO.allowsMultiple(attr), _RANGES.get(attr))
+    for attr, ident in zip(_ATTRIBUTES, _NAMES.values())
     if PacketTypes.PUBLISH in _PROPERTIES[ident][1]
 }
-_ATTRIBUTES = tuple(name.replace(" ", "") for name in _NAMES)
 
 
 class _NotPlain(Exception):
