@@ -121,3 +121,47 @@ def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark
     check_reboot(report, spark, out)
     batch = S.run_batch(spark, str(tmp_path / "all"), str(tmp_path / "batch"), S.JobOptions())
     check_reboot(batch, spark, tmp_path / "batch")
+
+
+def _as_an_older_mqbatch_wrote_it(out):
+    """The stream's outputs as mqbatch before the narrow look-back left them: commits without
+    stream.KEYED and _decoded/ files without the content column (rewritten in place)."""
+    import pyarrow.parquet as pq
+
+    from mqbatch.spark import stream
+    from mqbatch.spark.pipeline import CONTENT
+
+    for commit in (out / "_batches").glob("*.json"):
+        data = json.loads(commit.read_text())
+        assert data.pop(stream.KEYED) is True  # (this code marks every batch it commits)
+        commit.write_text(json.dumps(data))
+    for f in (out / "_decoded").rglob("*.parquet"):
+        table = pq.read_table(f)
+        assert CONTENT in table.column_names
+        pq.write_table(table.drop_columns([CONTENT]), f)
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["this-version", "after-an-upgrade"])
+def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_version(spark, tmp_path, older):
+    """A later micro-batch looks for earlier copies of its records in the narrow content
+    column of _decoded/ (commits marked KEYED); a batch an older mqbatch committed has no such
+    column, and its records/ files are hashed instead: either way the resends of the second
+    file are dropped and both records of each collision kept (check_reboot). The instrument
+    fails: with the fallback to records/ left out, the older batch's copies are not found."""
+    import mqbatch.spark as S
+    from mqbatch.spark import stream
+
+    reboot_landing(tmp_path / "all")
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    shutil.copy(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
+    S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    if older:
+        _as_an_older_mqbatch_wrote_it(out)
+    shutil.copy(tmp_path / "all" / "landing-r1-00000001.parquet", landing / ".tmp")
+    os.replace(landing / ".tmp", landing / "landing-r1-00000001.parquet")
+    report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    check_reboot(report, spark, out)
+    if older:  # the check fails without the fallback: every resend of file 0 kept as new
+        commits = [json.loads(c.read_text()) for c in sorted((out / "_batches").glob("*.json"))]
+        assert [bool(c.get(stream.KEYED)) for c in commits] == [False, True]

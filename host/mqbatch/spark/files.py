@@ -171,3 +171,14 @@ def row_count(paths: list[str]) -> int | None:
     if any("://" in p for p in paths):
         return None
     return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def received_min(paths: list[str]):
+    """The earliest received_at of these readable, checked local files (their received_at
+    column read on the driver: 8 bytes a row, no payload), or None when they hold no rows.
+    The stream bounds its look-back for duplicates with it (no Spark job for it)."""
+    import pyarrow.compute as pc
+
+    lows = [pc.min(pq.read_table(p, columns=["received_at"]).column(0)).as_py() for p in paths]
+    lows = [t for t in lows if t is not None]
+    return min(lows) if lows else None

@@ -6,9 +6,10 @@ file source and its checkpoint decide which, by name). For batch id N the job
 
  1. skips it if `_batches/N.json` exists (committed before a crash, replayed by Spark);
  2. deletes every output file tagged `bN-` (left by an attempt that was killed);
- 3. decodes the readable files once, drops records already in records/ (same device,
-    boot, seq, received within --watermark before this batch's first arrival), writes
-    records/, quarantine/ and _decoded/ (without payloads) to `_staging/bN/`;
+ 3. decodes the readable files once, drops records an earlier batch took (same device,
+    boot, seq and content, received within --watermark before this batch's first landed
+    row: the narrow _content column of their _decoded/ rows, _earlier_copies), writes
+    records/, quarantine/ and _decoded/ (without payloads, with _content) to `_staging/bN/`;
  4. moves the staged files into place, named `bN-...`: the rows are readable in records/
     from here on (time to table does not wait for the report);
  5. computes report.json of the state after this batch (from _decoded/ and the commits)
@@ -44,8 +45,9 @@ import time
 import urllib.parse
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark.checkpoint import (
@@ -95,13 +97,19 @@ def _committed(out: pathlib.Path) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in commits]
 
 
-def _report_of(
-    spark: SparkSession, decoded_dirs: list[pathlib.Path], bad: list[dict], opts: JobOptions, landing: str | None
-) -> dict:
-    """report.json of the decoded rows under `decoded_dirs` and the quarantined files `bad`
-    (with the landing entries the job skips, files.skipped_report, when `landing` is given)."""
-    dirs = [str(d) for d in decoded_dirs if _has_parquet(d)]
-    decoded = spark.read.schema(DECODED_SCHEMA).parquet(*dirs) if dirs else spark.createDataFrame([], DECODED_SCHEMA)
+def _report_of(spark: SparkSession, out: pathlib.Path, bad: list[dict], opts: JobOptions, landing: str | None) -> dict:
+    """report.json of the decoded rows under out/_decoded and the quarantined files `bad`
+    (with the landing entries the job skips, files.skipped_report, when `landing` is given).
+    The records' content hashes are read from _decoded/ (CONTENT), computed again only for
+    the rows of batches an older mqbatch committed (KEYED)."""
+    decoded_dir = out / "_decoded"
+    schema = T.StructType(DECODED_SCHEMA.fields + [T.StructField(CONTENT, T.LongType())])
+    if _has_parquet(decoded_dir):
+        decoded = spark.read.schema(schema).parquet(str(decoded_dir))
+        if any(not c.get(KEYED) for c in _committed(out)):
+            decoded = decoded.withColumn(CONTENT, F.coalesce(F.col(CONTENT), content_hash()))
+    else:
+        decoded = spark.createDataFrame([], schema)
     report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
     if landing is not None:
         report["skipped_landing_entries"] = landing_files.skipped_report(landing)
@@ -137,7 +145,7 @@ def stream_report(spark: SparkSession, out: str, opts: JobOptions, landing: str 
     report = _current_report(out_p, opts, landing)
     if report is None:
         bad = [b for c in _committed(out_p) for b in c["quarantined_files"]]
-        report = _report_of(spark, [out_p / "_decoded"], bad, opts, landing)
+        report = _report_of(spark, out_p, bad, opts, landing)
         write_report(report, out_p)
         _note_reported(out_p)
     return report
@@ -254,20 +262,72 @@ def settle_report(out: pathlib.Path, drop_uncommitted: bool = False) -> None:
                 waiting.unlink()
 
 
-def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions) -> DataFrame:
-    """`unique` without the records an earlier batch wrote (within the watermark) with the same
-    content: a resend is dropped, a key collision (same key, other content) is kept."""
-    if not _has_parquet(out / "records"):
-        return unique
-    first = unique.agg(F.min("received_at")).collect()[0][0]
+# in a commit: this batch's _decoded/ rows carry the content hash of each record (CONTENT), so
+# a later batch looks for earlier copies in 5 narrow columns of _decoded/ instead of hashing
+# the readings of records/ (a batch committed by an older mqbatch has none: its records/ files)
+KEYED = "decoded_content"
+
+
+def _batch_files(directory: pathlib.Path) -> dict[int, list[str]]:
+    """The output files under `directory` by micro-batch (their bN- tag), listed once."""
+    by_batch: dict[int, list[str]] = {}
+    for f in sorted(directory.rglob("b*-*.parquet")) if directory.is_dir() else ():
+        m = _TAGGED.match(f.name)
+        if m:
+            by_batch.setdefault(int(m.group(1)), []).append(str(f))
+    return by_batch
+
+
+def _decoded_rows(decoded: DataFrame) -> DataFrame:
+    """_decoded/ rows: the decoded rows without payloads, with CONTENT on each valid record."""
+    is_record = F.col("reason").isNull() & F.col("sub_index").isNotNull()
+    return (
+        decoded.withColumn("payload", F.lit(None).cast("binary"))
+        .withColumn("sub_payload", F.lit(None).cast("binary"))
+        .withColumn(CONTENT, F.when(is_record, content_hash()))
+    )
+
+
+def _earlier_copies(spark: SparkSession, out: pathlib.Path, since: Column) -> DataFrame | None:
+    """(device, boot, seq, CONTENT) of every valid record the committed micro-batches took
+    that was received at or after `since`, or None when there are none: from the narrow
+    columns of _decoded/ (KEYED), else from records/ (the content hashed from its columns)."""
+    keyed = {c["batch_id"] for c in _committed(out) if c.get(KEYED)}
+    decoded, written = _batch_files(out / "_decoded"), _batch_files(out / "records")
+    narrow = [f for b in sorted(keyed) for f in decoded.get(b, ())]
+    old = [f for b in sorted(written) if b not in keyed for f in written[b]]
+    parts = []
+    if narrow:
+        fields = {f.name: f for f in DECODED_SCHEMA.fields}
+        schema = T.StructType(
+            [fields[c] for c in ("device", "boot", "seq", "received_at", "reason", "sub_index")]
+            + [T.StructField(CONTENT, T.LongType())]
+        )
+        rows = spark.read.schema(schema).parquet(*narrow)
+        parts.append(
+            rows.where(
+                F.col("reason").isNull() & F.col("sub_index").isNotNull() & (F.col("received_at") >= since)
+            ).select("device", "boot", "seq", CONTENT)
+        )
+    if old:
+        rows = spark.read.option("basePath", str(out / "records")).parquet(*old)
+        parts.append(
+            rows.where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since)).select(
+                "device", "boot", "seq", content_hash().alias(CONTENT)
+            )
+        )
+    return functools.reduce(DataFrame.unionByName, parts) if parts else None
+
+
+def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions, first) -> DataFrame:
+    """`unique` without the records an earlier micro-batch took (received within the watermark
+    before `first`, this batch's earliest landed row) with the same content: a resend is
+    dropped, a key collision (same key, other content) is kept."""
     if first is None:
         return unique
-    since = F.lit(first) - F.expr(f"INTERVAL {opts.watermark}")
-    earlier = (
-        spark.read.parquet(str(out / "records"))
-        .where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since))
-        .select("device", "boot", "seq", content_hash().alias(CONTENT))
-    )
+    earlier = _earlier_copies(spark, out, F.lit(first) - F.expr(f"INTERVAL {opts.watermark}"))
+    if earlier is None:
+        return unique
     key = ["device", "boot", "seq", CONTENT]
     return unique.withColumn(CONTENT, content_hash()).join(earlier, key, "left_anti").drop(CONTENT)
 
@@ -361,19 +421,14 @@ def process_batch(
     size_shuffle(spark, good)
     decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts)
+        first = landing_files.received_min(good)  # on the driver: no Spark job
+        unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts, first)
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         # the batch's counts are observed while its outputs are written (no Spark job of their own)
         written, seen = Observation("records"), Observation("decoded")
         write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
-        (
-            decoded.observe(seen, *_counts())
-            .withColumn("payload", F.lit(None).cast("binary"))
-            .withColumn("sub_payload", F.lit(None).cast("binary"))
-            .write.mode("overwrite")
-            .parquet(str(staging / "_decoded"))
-        )
+        _decoded_rows(decoded.observe(seen, *_counts())).write.mode("overwrite").parquet(str(staging / "_decoded"))
         counts, written_count = _observed(seen), _observed(written)
     finally:
         decoded.unpersist()
@@ -400,15 +455,13 @@ def process_batch(
         # the report of the state after the commit, written before it: commit and report.json move
         # together (settle_report promotes it if a stop comes in between, here or at the restart)
         report = _report_of(
-            spark,
-            [out_p / "_decoded"],
-            [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now,
-            opts,
-            landing,
+            spark, out_p, [b for c in _committed(out_p) for b in c["quarantined_files"]] + bad_now, opts, landing
         )
         waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
     private_dir(commit.parent)
-    write_private(commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now}, indent=1))
+    write_private(
+        commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now, KEYED: True}, indent=1)
+    )
     if reporting:
         _promote(waiting, out_p)
         _note_reported(out_p)
