@@ -325,9 +325,12 @@ def _devices(outcomes: list, boots: list, latency: list) -> dict:
     received = _tally(outcomes, "device", lambda r: r["reason"] is None and r["is_sub"])
     quarantined = _tally(outcomes, "device", lambda r: r["reason"] is not None and r["device"] is not None)
     lat = {r["device"]: r for r in latency}
+    by_device: dict = {}  # boots grouped once: a scan of every boot per device is quadratic (10,000 devices: minutes)
+    for b in boots:
+        by_device.setdefault(b["device"], []).append(b.asDict() if hasattr(b, "asDict") else b)
     devices = {}
-    for name in sorted(set(received) | set(quarantined) | {b["device"] for b in boots}):
-        mine = [b for b in boots if b["device"] == name]
+    for name in sorted(set(received) | set(quarantined) | set(by_device)):
+        mine = by_device.get(name, [])
         n_received, n_unique = received.get(name, 0), sum(b["unique"] for b in mine)
         latency_row = lat.get(name)
         devices[name] = {
