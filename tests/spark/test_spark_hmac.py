@@ -160,3 +160,36 @@ def test_local_stack_gives_each_device_a_key_in_its_config_and_a_0600_keys_file(
     unsigned = Fleet(tmp_path / "plain", "127.0.0.1", 1, credentials={"dev-001": "pw"}, tls=False)
     assert "hmac_key" not in json.loads((unsigned.dir("dev-001") / "config.json").read_text())
     assert fleet.heapsize == unsigned.heapsize == DEFAULT_HEAP  # signing needs no bigger heap than unsigned
+
+
+class _Keys(tuple):
+    """A keys tuple that counts how often it is hashed or walked in full."""
+
+    hashed = walked = 0
+
+    def __hash__(self):
+        _Keys.hashed += 1
+        return super().__hash__()
+
+    def __iter__(self):
+        _Keys.walked += 1
+        return super().__iter__()
+
+
+def test_the_keys_are_looked_up_not_hashed_per_batch():
+    """batch_hmac.check runs once per landed PUBLISH. Its {device: key} map was cached by
+    the keys tuple's value (functools.lru_cache), which hashed every (device, key) pair on
+    every call: 170 us per PUBLISH with 10,000 devices, more than the decoding (docs/scale.md).
+    Now the map is built once per keys tuple and looked up; the verdicts are unchanged. With
+    the old cache this fails (the tuple hashed 1,000 times)."""
+    from mqbatch.spark import batch_hmac
+
+    keys = _Keys((f"dev-{i:05d}", bytes([i % 256]) * 32) for i in range(10_000))
+    topic = "mqbatch/dev-00007/telemetry"
+    props, payload = codec.encode_batch([sample(1, 0)[0]])
+    signed = list(props) + [integrity.sign(bytes([7]) * 32, topic, props, payload)]
+    _Keys.hashed = _Keys.walked = 0
+    verdicts = [batch_hmac.check(keys, topic, signed if i % 2 else props, payload) for i in range(1000)]
+    assert verdicts[1] is None and verdicts[0][0] == integrity.MISSING
+    assert all(v == verdicts[i % 2] for i, v in enumerate(verdicts))
+    assert (_Keys.hashed, _Keys.walked) == (0, 1), (_Keys.hashed, _Keys.walked)
