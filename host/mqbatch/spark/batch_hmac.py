@@ -57,4 +57,3 @@ def check(keys, topic, user_properties, payload) -> tuple[str, str] | None:
     if reason is None:
         return None
     return reason, f"{_DETAIL[reason]} (device {device!r}, {len(payload)}-byte payload)"
-
