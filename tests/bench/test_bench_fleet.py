@@ -141,3 +141,16 @@ def test_a_dead_streaming_job_is_named_with_its_error(tmp_path):
     assert job_failure(log) == "its log ends: batch 3: started, 2 new landing files"
     log.write_text("")
     assert job_failure(log) == "its log is empty"
+
+
+def test_the_table_rate_is_over_the_window_not_a_median_of_one_second_samples():
+    """records/ grows a micro-batch at a time: 50,000 rows every 5 s, sampled every second.
+    The rate the bench prints is 10,000 rows/s; the median of the per-second rates it printed
+    before is 0 (the 10,000-device run of 2026-11-27 printed "0/s median while sampling")."""
+    from mqbatch.bench import fleet
+
+    series = [{"t": 120.0 + i, "table_rows": 50_000 * (i // 5)} for i in range(61)]
+    assert fleet.window_rate(series, "table_rows") == pytest.approx(10_000)
+    per_sample = [(b["table_rows"] - a["table_rows"]) / (b["t"] - a["t"]) for a, b in zip(series, series[1:])]
+    assert fleet._median(per_sample) == 0  # what the old figure showed for the same samples
+    assert fleet.window_rate(series[:1], "table_rows") is None

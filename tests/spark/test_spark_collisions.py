@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -162,6 +163,43 @@ def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_versio
     os.replace(landing / ".tmp", landing / "landing-r1-00000001.parquet")
     report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
     check_reboot(report, spark, out)
-    if older:  # the check fails without the fallback: every resend of file 0 kept as new
-        commits = [json.loads(c.read_text()) for c in sorted((out / "_batches").glob("*.json"))]
-        assert [bool(c.get(stream.KEYED)) for c in commits] == [False, True]
+    commits = [json.loads(c.read_text()) for c in sorted((out / "_batches").glob("*.json"))]
+    # the first batch read back through its records/ (older) or its _decoded/ content column
+    assert [bool(c.get(stream.KEYED)) for c in commits] == [not older, True]
+
+
+def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spark, tmp_path, monkeypatch):
+    """A copy received more than --watermark (1 hour) after the earlier ones is not looked
+    for (kept again: the bound the watermark buys); one within it is dropped. A micro-batch
+    opens the files of no committed batch whose latest landed row is older than its bound
+    (received_max_us in the commit): batch 1 reads none of batch 0's, batch 2 only batch 1's."""
+    import mqbatch.spark as S
+    from mqbatch.spark import stream
+
+    looked = []
+    real = stream._look_back
+
+    def spy(out, since_us):
+        narrow, old = real(out, since_us)
+        looked.append(sorted({pathlib.Path(f).name[:11] for f in narrow + old}))
+        return narrow, old
+
+    monkeypatch.setattr(stream, "_look_back", spy)
+    r0, r1 = rec(1, 0, T0_MS, 2000), rec(1, 1, T0_MS + 1000, 2001)
+    hour = 3_600_000
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    files = [
+        [landed(A, [r0], T0_MS + 5_000)],
+        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour)],  # r0 again, 2 h later: beyond the watermark
+        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour + hour // 2)],  # both again, 30 min later
+    ]
+    for i, rows in enumerate(files):
+        write_landing(tmp_path / "all", "r1", i, rows)
+        name = f"landing-r1-{i:08d}.parquet"
+        landing.mkdir(exist_ok=True)
+        shutil.copy(tmp_path / "all" / name, landing / ".tmp")
+        os.replace(landing / ".tmp", landing / name)
+        S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted(r.seq for r in rows) == [0, 0, 1]  # r0 kept twice (2 h apart), r1 once
+    assert looked == [[], [], ["b0000000001"]]  # batch 0: nothing before it; batch 1: batch 0 too old

@@ -179,7 +179,7 @@ class _Keys(tuple):
 def test_the_keys_are_looked_up_not_hashed_per_batch():
     """batch_hmac.check runs once per landed PUBLISH. Its {device: key} map was cached by
     the keys tuple's value (functools.lru_cache), which hashed every (device, key) pair on
-    every call: 170 us per PUBLISH with 10,000 devices, more than the decoding (docs/scale.md).
+    every call: 174 us per PUBLISH with 10,000 devices, more than the decoding (docs/spark.md).
     Now the map is built once per keys tuple and looked up; the verdicts are unchanged. With
     the old cache this fails (the tuple hashed 1,000 times)."""
     from mqbatch.spark import batch_hmac

@@ -74,3 +74,26 @@ def test_refused_device_ids_are_quarantined_and_skipped_entries_counted(spark, t
         ("_wal", "HIDDEN_NAME"),
         ("a-fifo", "NOT_A_REGULAR_FILE"),
     }
+
+
+def test_received_span_reads_any_timestamp_the_file_check_accepts(tmp_path):
+    """The stream's look-back bound comes from the landing files' received_at on the driver
+    (files.received_span). A file with zone-less nanoseconds next to one in UTC microseconds
+    (both pass check_file) gives one span in UTC microseconds; comparing the two kinds of
+    Python datetimes failed (TypeError) and would have stopped the stream at that batch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mqbatch.ingest import landing
+    from mqbatch.spark import files
+
+    base = landing.to_table([landing.Landed("mqbatch/dev-a/telemetry", b"\x00", [], received_at_us=5)], "r1", 0)
+    at = base.schema.get_field_index("received_at")
+    utc = base.set_column(at, "received_at", pa.array([2_000_000], pa.timestamp("us", tz="UTC")))
+    naive = base.set_column(at, "received_at", pa.array([1_000_000_000], pa.timestamp("ns")))
+    pq.write_table(utc, tmp_path / "a.parquet")
+    pq.write_table(naive, tmp_path / "b.parquet")
+    paths = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    assert files.split_files(paths) == (paths, [])  # both readable landing files
+    assert files.received_span(paths) == (1_000_000, 2_000_000)
+    assert files.received_span([]) is None

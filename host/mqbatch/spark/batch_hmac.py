@@ -28,7 +28,7 @@ _MAP: tuple = ((), {})  # the last keys tuple seen and its dict
 
 def _key_map(pairs: tuple) -> dict:
     """{device: key} of the keys tuple, built once per tuple object: a cache keyed by the
-    tuple's value (functools.lru_cache) hashed all of it on every call, 170 us per PUBLISH
+    tuple's value (functools.lru_cache) hashed all of it on every call, 174 us per PUBLISH
     with 10,000 devices."""
     global _MAP
     seen, mapping = _MAP

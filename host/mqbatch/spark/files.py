@@ -173,12 +173,18 @@ def row_count(paths: list[str]) -> int | None:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
 
 
-def received_min(paths: list[str]):
-    """The earliest received_at of these readable, checked local files (their received_at
-    column read on the driver: 8 bytes a row, no payload), or None when they hold no rows.
-    The stream bounds its look-back for duplicates with it (no Spark job for it)."""
+def received_span(paths: list[str]) -> tuple[int, int] | None:
+    """(earliest, latest) received_at of these readable, checked local files, in microseconds
+    since the epoch (UTC), or None when they hold no rows. Their received_at column is read on
+    the driver (8 bytes a row, no payload; any unit or zone check_file accepts, as Spark reads
+    it). The stream bounds its look-back for duplicates with it, without a Spark job."""
     import pyarrow.compute as pc
 
-    lows = [pc.min(pq.read_table(p, columns=["received_at"]).column(0)).as_py() for p in paths]
-    lows = [t for t in lows if t is not None]
-    return min(lows) if lows else None
+    lows, highs = [], []
+    for p in paths:
+        column = pq.ParquetFile(p).read(columns=["received_at"]).column(0)
+        span = pc.min_max(column.cast(pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64()))
+        if span["min"].is_valid:
+            lows.append(span["min"].as_py())
+            highs.append(span["max"].as_py())
+    return (min(lows), max(highs)) if lows else None

@@ -45,7 +45,7 @@ import time
 import urllib.parse
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -288,26 +288,37 @@ def _decoded_rows(decoded: DataFrame) -> DataFrame:
     )
 
 
-def _earlier_copies(spark: SparkSession, out: pathlib.Path, since: Column) -> DataFrame | None:
-    """(device, boot, seq, CONTENT) of every valid record the committed micro-batches took
-    that was received at or after `since`, or None when there are none: from the narrow
-    columns of _decoded/ (KEYED), else from records/ (the content hashed from its columns)."""
-    keyed = {c["batch_id"] for c in _committed(out) if c.get(KEYED)}
+def _look_back(out: pathlib.Path, since_us: int) -> tuple[list[str], list[str]]:
+    """The files a micro-batch reads for earlier copies: (_decoded/ files of the KEYED commits,
+    records/ files of the others), leaving out every committed batch whose latest landed row
+    (received_max_us in its commit) is older than since_us. Only committed batches count."""
+    commits = {c["batch_id"]: c for c in _committed(out)}
+    recent = {b for b, c in commits.items() if c.get("received_max_us") is None or c["received_max_us"] >= since_us}
     decoded, written = _batch_files(out / "_decoded"), _batch_files(out / "records")
-    narrow = [f for b in sorted(keyed) for f in decoded.get(b, ())]
-    old = [f for b in sorted(written) if b not in keyed for f in written[b]]
+    narrow = [f for b in sorted(recent) if commits[b].get(KEYED) for f in decoded.get(b, ())]
+    old = [f for b in sorted(recent) if not commits[b].get(KEYED) for f in written.get(b, ())]
+    return narrow, old
+
+
+def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int) -> DataFrame | None:
+    """(device, boot, seq, CONTENT) of the valid records the committed micro-batches took
+    that were received at or after since_us, or None when there are none (_look_back: which
+    files). From a KEYED batch every arrival counts, a later copy it dropped too (its
+    _decoded/ rows: 5 narrow columns); from a batch an older mqbatch committed, the copies it
+    kept in records/ (their content hashed from the columns again)."""
+    narrow, old = _look_back(out, since_us)
+    since = F.timestamp_micros(F.lit(since_us))
     parts = []
     if narrow:
         fields = {f.name: f for f in DECODED_SCHEMA.fields}
         schema = T.StructType(
-            [fields[c] for c in ("device", "boot", "seq", "received_at", "reason", "sub_index")]
-            + [T.StructField(CONTENT, T.LongType())]
+            [fields[c] for c in ("device", "boot", "seq", "received_at")] + [T.StructField(CONTENT, T.LongType())]
         )
-        rows = spark.read.schema(schema).parquet(*narrow)
+        rows = spark.read.schema(schema).parquet(*narrow)  # CONTENT is set on valid records only
         parts.append(
-            rows.where(
-                F.col("reason").isNull() & F.col("sub_index").isNotNull() & (F.col("received_at") >= since)
-            ).select("device", "boot", "seq", CONTENT)
+            rows.where(F.col(CONTENT).isNotNull() & (F.col("received_at") >= since)).select(
+                "device", "boot", "seq", CONTENT
+            )
         )
     if old:
         rows = spark.read.option("basePath", str(out / "records")).parquet(*old)
@@ -319,13 +330,22 @@ def _earlier_copies(spark: SparkSession, out: pathlib.Path, since: Column) -> Da
     return functools.reduce(DataFrame.unionByName, parts) if parts else None
 
 
-def _new_records(spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions, first) -> DataFrame:
+def _since_us(spark: SparkSession, first_us: int, watermark: str) -> int:
+    """first_us - the watermark (a Spark interval such as '1 hour'), in microseconds: folded
+    by Spark's optimizer on the driver (no data, no task)."""
+    since = F.timestamp_micros(F.lit(first_us)) - F.expr(f"INTERVAL {watermark}")
+    return spark.range(1).select(F.unix_micros(since).alias("s")).collect()[0]["s"]
+
+
+def _new_records(
+    spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None
+) -> DataFrame:
     """`unique` without the records an earlier micro-batch took (received within the watermark
-    before `first`, this batch's earliest landed row) with the same content: a resend is
+    before first_us, this batch's earliest landed row) with the same content: a resend is
     dropped, a key collision (same key, other content) is kept."""
-    if first is None:
+    if first_us is None:
         return unique
-    earlier = _earlier_copies(spark, out, F.lit(first) - F.expr(f"INTERVAL {opts.watermark}"))
+    earlier = _earlier_copies(spark, out, _since_us(spark, first_us, opts.watermark))
     if earlier is None:
         return unique
     key = ["device", "boot", "seq", CONTENT]
@@ -421,8 +441,8 @@ def process_batch(
     size_shuffle(spark, good)
     decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        first = landing_files.received_min(good)  # on the driver: no Spark job
-        unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts, first)
+        span = landing_files.received_span(good)  # on the driver: no Spark job
+        unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts, span and span[0])
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         # the batch's counts are observed while its outputs are written (no Spark job of their own)
@@ -460,7 +480,17 @@ def process_batch(
         waiting = write_report(report, out_p, _next_report(out_p, batch_id).name)
     private_dir(commit.parent)
     write_private(
-        commit, json.dumps({"batch_id": batch_id, "files": paths, "quarantined_files": bad_now, KEYED: True}, indent=1)
+        commit,
+        json.dumps(
+            {
+                "batch_id": batch_id,
+                "files": paths,
+                "quarantined_files": bad_now,
+                KEYED: True,
+                "received_max_us": span and span[1],
+            },
+            indent=1,
+        ),
     )
     if reporting:
         _promote(waiting, out_p)
