@@ -70,7 +70,6 @@ def test_module_is_pure():
     }
     assert _imports(ROOT / "host" / "mqbatch" / "spark" / "batch_hmac.py") == {
         "__future__",
-        "functools",
         "mqbatch.wire:integrity",
         "mqbatch.wire:records",
     }
