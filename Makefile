@@ -7,7 +7,7 @@ demo: setup
 # -v: each test's name shows while it runs; --durations: the slowest at the end.
 # MQBATCH_REQUIRE_WASM32: the 32-bit MicroPython (setup installs it) must run, not skip.
 # -n: parallel workers (pytest-xdist; most tests wait on brokers, devices and JVMs; fresh
-# clone, 2 cores: 543-583 s of pytest with 4 workers (2026-11-27), docs/testing.md has the runs);
+# clone, 2 cores: 438-583 s of pytest with 4 workers (2026-11-27), docs/testing.md has the runs);
 # PYTEST_WORKERS=0 runs them one by one.
 PYTEST_WORKERS ?= 4
 # `long` tests (minutes each; a shorter test here checks the same property) run in test-long.
