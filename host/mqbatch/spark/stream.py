@@ -331,8 +331,8 @@ def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int) -> Da
 
 
 def _since_us(spark: SparkSession, first_us: int, watermark: str) -> int:
-    """first_us - the watermark (a Spark interval such as '1 hour'), in microseconds: folded
-    by Spark's optimizer on the driver (no data, no task)."""
+    """first_us - the watermark (a Spark interval such as '1 hour', as Spark reads it), in
+    microseconds: a query of one row and no data."""
     since = F.timestamp_micros(F.lit(first_us)) - F.expr(f"INTERVAL {watermark}")
     return spark.range(1).select(F.unix_micros(since).alias("s")).collect()[0]["s"]
 
