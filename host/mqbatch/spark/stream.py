@@ -293,11 +293,16 @@ def _look_back(out: pathlib.Path, since_us: int) -> tuple[list[str], list[str]]:
     records/ files of the others), leaving out every committed batch whose latest landed row
     (received_max_us in its commit) is older than since_us. Only committed batches count."""
     commits = {c["batch_id"]: c for c in _committed(out)}
-    recent = {b for b, c in commits.items() if c.get("received_max_us") is None or c["received_max_us"] >= since_us}
-    decoded, written = _batch_files(out / "_decoded"), _batch_files(out / "records")
-    narrow = [f for b in sorted(recent) if commits[b].get(KEYED) for f in decoded.get(b, ())]
-    old = [f for b in sorted(recent) if not commits[b].get(KEYED) for f in written.get(b, ())]
-    return narrow, old
+    recent = sorted(
+        b for b, c in commits.items() if c.get("received_max_us") is None or c["received_max_us"] >= since_us
+    )
+    keyed = [b for b in recent if commits[b].get(KEYED)]
+    older = [b for b in recent if not commits[b].get(KEYED)]
+    # a directory is listed only when a batch is read from it: records/ (which grows with the
+    # history) only for batches an older mqbatch committed
+    decoded = _batch_files(out / "_decoded") if keyed else {}
+    written = _batch_files(out / "records") if older else {}
+    return [f for b in keyed for f in decoded.get(b, ())], [f for b in older for f in written.get(b, ())]
 
 
 def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int) -> DataFrame | None:
