@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 
 def test_bench_ingest_quick_prints_rates_rss_and_ratio(bench_all_quick):
     text = bench_all_quick.section("ingest")
@@ -32,3 +34,20 @@ def test_bench_ingest_quick_prints_rates_rss_and_ratio(bench_all_quick):
         re.M,
     ), text
     assert len(re.findall(r"^  rep \d+: ", text, re.M)) == 2
+
+
+def test_commit_wait_ms_is_refused_outside_the_recorders_own_bound(monkeypatch):
+    """`bench ingest --commit-wait-ms` takes RecorderConfig's range (COMMIT_WAIT_MAX_S, one
+    bound for both) and refuses anything else in one line before a child starts."""
+    import argparse
+
+    from mqbatch.bench import ingest
+    from mqbatch.ingest import recorder
+
+    assert ingest._commit_wait_ms("0") == 0 and ingest._commit_wait_ms("100") == 100
+    for bad in ("100.5", "-1", "x"):
+        with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+            ingest._commit_wait_ms(bad)
+    monkeypatch.setattr(recorder, "COMMIT_WAIT_MAX_S", 0.05)  # the recorder's bound moves: so does the bench's
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be 0\.\.50 ms"):
+        ingest._commit_wait_ms("60")

@@ -100,6 +100,9 @@ class RecorderConfigError(RecorderError):
     """The recorder's configuration is wrong (e.g. it does not trust the broker's certificate): exit status 2."""
 
 
+COMMIT_WAIT_MAX_S = 0.1  # the longest group commit wait RecorderConfig takes
+
+
 @dataclasses.dataclass
 class RecorderConfig:
     host: str
@@ -155,8 +158,10 @@ class RecorderConfig:
                 f"device quota burst {self.device_quota_burst_bytes} B is smaller than one packet "
                 f"({self.max_packet_size} B): no big batch would ever fit"
             )
-        if not 0 <= self.commit_wait_s <= 0.1:
-            raise ValueError(f"commit_wait_s must be 0..0.1 s (0: no group commit), got {self.commit_wait_s}")
+        if not 0 <= self.commit_wait_s <= COMMIT_WAIT_MAX_S:
+            raise ValueError(
+                f"commit_wait_s must be 0..{COMMIT_WAIT_MAX_S:g} s (0: no group commit), got {self.commit_wait_s}"
+            )
         if not 1024 <= self.max_packet_size <= 268435455:
             raise ValueError(f"max_packet_size must be 1024..268435455 bytes, got {self.max_packet_size}")
 
