@@ -105,6 +105,14 @@ def check_reboot(report, spark, out):
     assert json.loads((out / "report.json").read_text()) == report
 
 
+def arrive(source, landing) -> None:
+    """A recorder's landing file appears in `landing` whole (copied under a hidden name, then
+    renamed), as the stream expects of a new file."""
+    landing.mkdir(exist_ok=True)
+    shutil.copy(source, landing / ".tmp")
+    os.replace(landing / ".tmp", landing / source.name)
+
+
 def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark, tmp_path):
     """The colliding records arrive in a later micro-batch than the records they collide with
     (the stream compares them with records/ already written)."""
@@ -112,11 +120,9 @@ def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark
 
     reboot_landing(tmp_path / "all")
     landing, out = tmp_path / "landing", tmp_path / "out"
-    landing.mkdir()
-    shutil.copy(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
+    arrive(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
     S.run_stream(spark, str(landing), str(out), S.JobOptions())
-    shutil.copy(tmp_path / "all" / "landing-r1-00000001.parquet", landing / ".tmp")
-    os.replace(landing / ".tmp", landing / "landing-r1-00000001.parquet")
+    arrive(tmp_path / "all" / "landing-r1-00000001.parquet", landing)
     report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
     assert len(list((out / "_batches").glob("*.json"))) == 2
     check_reboot(report, spark, out)
@@ -154,13 +160,11 @@ def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_versio
 
     reboot_landing(tmp_path / "all")
     landing, out = tmp_path / "landing", tmp_path / "out"
-    landing.mkdir()
-    shutil.copy(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
+    arrive(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
     S.run_stream(spark, str(landing), str(out), S.JobOptions())
     if older:
         _as_an_older_mqbatch_wrote_it(out)
-    shutil.copy(tmp_path / "all" / "landing-r1-00000001.parquet", landing / ".tmp")
-    os.replace(landing / ".tmp", landing / "landing-r1-00000001.parquet")
+    arrive(tmp_path / "all" / "landing-r1-00000001.parquet", landing)
     report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
     check_reboot(report, spark, out)
     commits = [json.loads(c.read_text()) for c in sorted((out / "_batches").glob("*.json"))]
@@ -195,10 +199,7 @@ def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spar
     ]
     for i, rows in enumerate(files):
         write_landing(tmp_path / "all", "r1", i, rows)
-        name = f"landing-r1-{i:08d}.parquet"
-        landing.mkdir(exist_ok=True)
-        shutil.copy(tmp_path / "all" / name, landing / ".tmp")
-        os.replace(landing / ".tmp", landing / name)
+        arrive(tmp_path / "all" / f"landing-r1-{i:08d}.parquet", landing)
         S.run_stream(spark, str(landing), str(out), S.JobOptions())
     rows = spark.read.parquet(str(out / "records")).collect()
     assert sorted(r.seq for r in rows) == [0, 0, 1]  # r0 kept twice (2 h apart), r1 once
