@@ -132,16 +132,19 @@ def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark
 
 def _as_an_older_mqbatch_wrote_it(out):
     """The stream's outputs as mqbatch before the narrow look-back left them: commits without
-    stream.KEYED and _decoded/ files without the content column (rewritten in place)."""
+    stream.KEYED and _decoded/ files without the content column (rewritten in place), and
+    no seen state."""
     import pyarrow.parquet as pq
 
-    from mqbatch.spark import stream
+    from mqbatch.spark import seen, stream
     from mqbatch.spark.pipeline import CONTENT
 
     for commit in (out / "_batches").glob("*.json"):
         data = json.loads(commit.read_text())
         assert data.pop(stream.KEYED) is True  # (this code marks every batch it commits)
+        assert data.pop(seen.SEEN_FROM) is not None  # nor a seen state (mqbatch.spark.seen)
         commit.write_text(json.dumps(data))
+    shutil.rmtree(out / stream.SEEN)
     for f in (out / "_decoded").rglob("*.parquet"):
         table = pq.read_table(f)
         assert CONTENT in table.column_names
@@ -170,17 +173,14 @@ def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_versio
     commits = [json.loads(c.read_text()) for c in sorted((out / "_batches").glob("*.json"))]
     # the first batch read back through its records/ (older) or its _decoded/ content column
     assert [bool(c.get(stream.KEYED)) for c in commits] == [not older, True]
+    assert commits[1].get("seen_from_us") is not None  # after an upgrade: the state built anew
 
 
-def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spark, tmp_path, monkeypatch):
-    """A copy received more than --watermark (1 hour) after the earlier ones is not looked
-    for (kept again: the bound the watermark buys); one within it is dropped. A micro-batch
-    opens the files of no committed batch whose latest landed row is older than its bound
-    (received_max_us in the commit): batch 1 reads none of batch 0's, batch 2 only batch 1's."""
-    import mqbatch.spark as S
+def _spy_look_back(monkeypatch):
+    """The committed batches each _look_back call opened (their bN tags), one list per call."""
     from mqbatch.spark import stream
 
-    looked = []
+    looked: list[list[str]] = []
     real = stream._look_back
 
     def spy(out, since_us):
@@ -189,6 +189,19 @@ def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spar
         return narrow, old
 
     monkeypatch.setattr(stream, "_look_back", spy)
+    return looked
+
+
+def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spark, tmp_path, monkeypatch):
+    """A copy received more than --watermark (1 hour) after the earlier ones is not looked
+    for (kept again: the bound the watermark buys); one within it is dropped. A micro-batch
+    opens the files of no committed batch whose latest landed row is older than its bound
+    (received_max_us in the commit): batch 2 reads only batch 1's. Batch 0 (nothing before
+    it) and batch 1 (whose only earlier arrival landed 2 h before) do not look back at all
+    (the seen state: mqbatch.spark.seen)."""
+    import mqbatch.spark as S
+
+    looked = _spy_look_back(monkeypatch)
     r0, r1 = rec(1, 0, T0_MS, 2000), rec(1, 1, T0_MS + 1000, 2001)
     hour = 3_600_000
     landing, out = tmp_path / "landing", tmp_path / "out"
@@ -203,4 +216,64 @@ def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spar
         S.run_stream(spark, str(landing), str(out), S.JobOptions())
     rows = spark.read.parquet(str(out / "records")).collect()
     assert sorted(r.seq for r in rows) == [0, 0, 1]  # r0 kept twice (2 h apart), r1 once
-    assert looked == [[], [], ["b0000000001"]]  # batch 0: nothing before it; batch 1: batch 0 too old
+    assert looked == [["b0000000001"]]  # batch 2 only, and only batch 1 of the two before it
+
+
+def _stream_files(spark, tmp_path, files):
+    """Each list of landed rows arrives as one landing file and one micro-batch; returns out."""
+    import mqbatch.spark as S
+
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    for i, rows in enumerate(files):
+        write_landing(tmp_path / "all", "r1", i, rows)
+        arrive(tmp_path / "all" / f"landing-r1-{i:08d}.parquet", landing)
+        S.run_stream(spark, str(landing), str(out), S.JobOptions())
+    return out
+
+
+def test_stream_looks_back_only_when_a_record_may_be_a_copy_and_then_as_far_as_any(spark, tmp_path, monkeypatch):
+    """A micro-batch whose records all have seqs above those its devices sent before cannot
+    hold a copy: it opens no earlier batch (the look-back's cost grows with the history).
+    A resend of a record two batches old is still found: the seen state holds every committed
+    batch's keys, not the last one's (dev-b sent nothing in batch 1: a state of the last batch
+    only keeps its copy, and the instrument fails), and the batch that may hold a copy opens
+    both earlier batches."""
+    looked = _spy_look_back(monkeypatch)
+    r = [rec(1, s, T0_MS + 1000 * s, 2000 + s) for s in range(4)]
+    out = _stream_files(
+        spark,
+        tmp_path,
+        [
+            [landed(A, r[:2], T0_MS + 5_000), landed(B, [r[0]], T0_MS + 5_000)],
+            [landed(A, r[2:], T0_MS + 9_000)],  # seqs above: no copy possible
+            [landed(B, [r[0]], T0_MS + 12_000)],  # a resend of dev-b's record of batch 0
+        ],
+    )
+    assert looked == [["b0000000000", "b0000000001"]]  # batch 2 only
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted((r.device, r.seq) for r in rows) == [("dev-a", s) for s in range(4)] + [("dev-b", 0)]
+    report = json.loads((out / "report.json").read_text())
+    assert report["records"]["duplicates"] == 1
+    assert len(list((out / "_seen").iterdir())) == 1  # the newest commit's state only
+
+
+def test_stream_looks_back_for_a_late_file_beyond_what_the_seen_state_covers(spark, tmp_path, monkeypatch):
+    """The state forgets a (device, boot) whose last arrival is older than the watermark
+    (it stays one row per active device). A late landing file whose rows landed before that
+    (its look-back reaches further back than the state covers) looks back: its copy of
+    dev-b's record is found in batch 0. Trusting the state there keeps the copy."""
+    looked = _spy_look_back(monkeypatch)
+    hour = 3_600_000
+    b0, a0 = rec(1, 0, T0_MS, 2000), rec(1, 0, T0_MS + 2 * hour, 2100)
+    out = _stream_files(
+        spark,
+        tmp_path,
+        [
+            [landed(B, [b0], T0_MS + 5_000)],
+            [landed(A, [a0], T0_MS + 2 * hour + 5_000)],  # dev-b's row leaves the state
+            [landed(B, [b0], T0_MS + hour // 2)],  # a late file: dev-b's resend landed 30 min after b0
+        ],
+    )
+    assert looked == [["b0000000000", "b0000000001"]]  # batch 2 only, back to batch 0
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted((r.device, r.seq) for r in rows) == [("dev-a", 0), ("dev-b", 0)]

@@ -8,8 +8,10 @@ file source and its checkpoint decide which, by name). For batch id N the job
  2. deletes every output file tagged `bN-` (left by an attempt that was killed);
  3. decodes the readable files once, drops records an earlier batch took (same device,
     boot, seq and content, received within --watermark before this batch's first landed
-    row: the narrow _content column of their _decoded/ rows, _earlier_copies), writes
-    records/, quarantine/ and _decoded/ (without payloads, with _content) to `_staging/bN/`;
+    row: the narrow _content column of their _decoded/ rows, _earlier_copies, read only
+    when the seen state of the last commit says a record may be such a copy:
+    mqbatch.spark.seen), writes records/, quarantine/, _decoded/ (without payloads, with
+    _content) and the seen state after this batch (_seen/) to `_staging/bN/`;
  4. moves the staged files into place, named `bN-...`: the rows are readable in records/
     from here on (time to table does not wait for the report);
  5. computes report.json of the state after this batch (from _decoded/ and the commits)
@@ -44,12 +46,14 @@ import shutil
 import time
 import urllib.parse
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
+from mqbatch.spark import seen
 from mqbatch.spark.checkpoint import (
     check_same_checkpoint,
     checkpoint_of,
@@ -74,7 +78,8 @@ from mqbatch.spark.pipeline import (
 from mqbatch.spark.schema import DECODED_SCHEMA
 from mqbatch.util.private import private_dir, write_private
 
-OUTPUTS = ("records", "quarantine", "_decoded")
+SEEN = "_seen"  # the seen state of each micro-batch (mqbatch.spark.seen), the newest committed kept
+OUTPUTS = ("records", "quarantine", "_decoded", SEEN)
 # the binaryFile source's fixed schema; the job selects `path` only, so file contents are not read
 FILE_SOURCE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -322,14 +327,14 @@ def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int) -> Da
         rows = spark.read.schema(schema).parquet(*narrow)  # CONTENT is set on valid records only
         parts.append(
             rows.where(F.col(CONTENT).isNotNull() & (F.col("received_at") >= since)).select(
-                "device", "boot", "seq", CONTENT
+                "device", "boot", "seq", "received_at", CONTENT
             )
         )
     if old:
         rows = spark.read.option("basePath", str(out / "records")).parquet(*old)
         parts.append(
             rows.where((F.col("date") >= F.date_format(since, "yyyy-MM-dd")) & (F.col("received_at") >= since)).select(
-                "device", "boot", "seq", content_hash().alias(CONTENT)
+                "device", "boot", "seq", "received_at", content_hash().alias(CONTENT)
             )
         )
     return functools.reduce(DataFrame.unionByName, parts) if parts else None
@@ -342,19 +347,58 @@ def _since_us(spark: SparkSession, first_us: int, watermark: str) -> int:
     return spark.range(1).select(F.unix_micros(since).alias("s")).collect()[0]["s"]
 
 
+def _latest_commit(out: pathlib.Path) -> dict | None:
+    commits = sorted((out / "_batches").glob("*.json"))
+    return json.loads(commits[-1].read_text(encoding="utf-8")) if commits else None
+
+
+def _seen_file(out: pathlib.Path, batch_id: int) -> pathlib.Path:
+    return out / SEEN / f"{_tag(batch_id)}-{seen.NAME}"
+
+
+def _known(out: pathlib.Path) -> tuple[pa.Table, int] | None:
+    """The seen state after the newest commit and its SEEN_FROM (an empty state that has seen
+    everything before the first commit), or None when that commit has none (an older mqbatch)."""
+    latest = _latest_commit(out)
+    if latest is None:
+        return seen.EMPTY, seen.EVERYTHING
+    state = seen.load(_seen_file(out, latest["batch_id"]))
+    start = latest.get(seen.SEEN_FROM)
+    return None if state is None or start is None else (state, start)
+
+
 def _new_records(
-    spark: SparkSession, unique: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None
-) -> DataFrame:
+    spark: SparkSession,
+    arrivals: DataFrame,
+    unique: DataFrame,
+    out: pathlib.Path,
+    opts: JobOptions,
+    first_us: int | None,
+) -> tuple[DataFrame, tuple[pa.Table, int] | None]:
     """`unique` without the records an earlier micro-batch took (received within the watermark
     before first_us, this batch's earliest landed row) with the same content: a resend is
-    dropped, a key collision (same key, other content) is kept."""
+    dropped, a key collision (same key, other content) is kept. The earlier batches' files are
+    read only when the seen state (mqbatch.spark.seen) says a record of `arrivals` may be such
+    a copy. Returns the records and the seen state after this batch with its SEEN_FROM."""
+    known = _known(out)
     if first_us is None:
-        return unique
-    earlier = _earlier_copies(spark, out, _since_us(spark, first_us, opts.watermark))
+        return unique, known
+    since = _since_us(spark, first_us, opts.watermark)
+    batch = seen.of_arrivals(arrivals)
+    if known is not None and since >= known[1]:  # the state covers this batch's look-back
+        state = (seen.merged(known[0], batch, since), max(known[1], since))
+        if not seen.may_repeat(known[0], batch, since):
+            return unique, state
+        earlier = _earlier_copies(spark, out, since)
+    else:  # the state anew from the look-back: exact from since on
+        earlier = _earlier_copies(spark, out, since)
+        base = seen.EMPTY if earlier is None else seen.of_arrivals(earlier)
+        state = (seen.merged(base, batch, since), since)
     if earlier is None:
-        return unique
+        return unique, state
     key = ["device", "boot", "seq", CONTENT]
-    return unique.withColumn(CONTENT, content_hash()).join(earlier, key, "left_anti").drop(CONTENT)
+    copies = earlier.select(*key)
+    return unique.withColumn(CONTENT, content_hash()).join(copies, key, "left_anti").drop(CONTENT), state
 
 
 def _counts() -> tuple:
@@ -447,14 +491,17 @@ def process_batch(
     decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         span = landing_files.received_span(good)  # on the driver: no Spark job
-        unique = _new_records(spark, deduplicate(records(decoded)), out_p, opts, span and span[0])
+        arrivals = records(decoded)
+        unique, state = _new_records(spark, arrivals, deduplicate(arrivals), out_p, opts, span and span[0])
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
+        if state is not None:
+            seen.save(state[0], staging / SEEN)
         # the batch's counts are observed while its outputs are written (no Spark job of their own)
-        written, seen = Observation("records"), Observation("decoded")
+        written, observed = Observation("records"), Observation("decoded")
         write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
-        _decoded_rows(decoded.observe(seen, *_counts())).write.mode("overwrite").parquet(str(staging / "_decoded"))
-        counts, written_count = _observed(seen), _observed(written)
+        _decoded_rows(decoded.observe(observed, *_counts())).write.mode("overwrite").parquet(str(staging / "_decoded"))
+        counts, written_count = _observed(observed), _observed(written)
     finally:
         decoded.unpersist()
     if counts is None or written_count is None:  # (never seen here) Spark did not deliver the metrics
@@ -493,10 +540,15 @@ def process_batch(
                 "quarantined_files": bad_now,
                 KEYED: True,
                 "received_max_us": span and span[1],
+                **({seen.SEEN_FROM: state[1]} if state is not None else {}),
             },
             indent=1,
         ),
     )
+    for older in (out_p / SEEN).glob(f"b*-{seen.NAME}"):  # only the newest commit's state is read
+        m = _TAGGED.match(older.name)
+        if m and int(m.group(1)) < batch_id:
+            older.unlink(missing_ok=True)
     if reporting:
         _promote(waiting, out_p)
         _note_reported(out_p)
