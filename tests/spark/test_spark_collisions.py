@@ -130,6 +130,16 @@ def test_stream_keeps_both_records_of_a_key_collision_across_micro_batches(spark
     check_reboot(batch, spark, tmp_path / "batch")
 
 
+def _with_every_reading(decoded_rows):
+    """stream._decoded_rows as mqbatch before 2026-11-27 wrote them: every reading kept."""
+
+    def rows(decoded):
+        every = decoded_rows(decoded.withColumn("_every", F.col("readings")))
+        return every.withColumn("readings", F.col("_every")).drop("_every")
+
+    return rows
+
+
 def _as_an_older_mqbatch_wrote_it(out):
     """The stream's outputs as mqbatch before the narrow look-back left them: commits without
     stream.KEYED and _decoded/ files without the content column (rewritten in place), and
@@ -152,7 +162,7 @@ def _as_an_older_mqbatch_wrote_it(out):
 
 
 @pytest.mark.parametrize("older", [False, True], ids=["this-version", "after-an-upgrade"])
-def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_version(spark, tmp_path, older):
+def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_version(spark, tmp_path, monkeypatch, older):
     """A later micro-batch looks for earlier copies of its records in the narrow content
     column of _decoded/ (commits marked KEYED); a batch an older mqbatch committed has no such
     column, and its records/ files are hashed instead: either way the resends of the second
@@ -164,9 +174,13 @@ def test_stream_finds_earlier_copies_in_decoded_or_in_records_of_an_older_versio
     reboot_landing(tmp_path / "all")
     landing, out = tmp_path / "landing", tmp_path / "out"
     arrive(tmp_path / "all" / "landing-r1-00000000.parquet", landing)
-    S.run_stream(spark, str(landing), str(out), S.JobOptions())
-    if older:
+    if older:  # an older mqbatch kept every reading in _decoded/
+        with monkeypatch.context() as m:
+            m.setattr(stream, "_decoded_rows", _with_every_reading(stream._decoded_rows))
+            S.run_stream(spark, str(landing), str(out), S.JobOptions())
         _as_an_older_mqbatch_wrote_it(out)
+    else:
+        S.run_stream(spark, str(landing), str(out), S.JobOptions())
     arrive(tmp_path / "all" / "landing-r1-00000001.parquet", landing)
     report = S.run_stream(spark, str(landing), str(out), S.JobOptions())
     check_reboot(report, spark, out)
@@ -219,8 +233,9 @@ def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spar
     assert looked == [["b0000000001"]]  # batch 2 only, and only batch 1 of the two before it
 
 
-def _stream_files(spark, tmp_path, files):
-    """Each list of landed rows arrives as one landing file and one micro-batch; returns out."""
+def _stream_files(spark, tmp_path, files, after=lambda i: None):
+    """Each list of landed rows arrives as one landing file and one micro-batch (after(i)
+    is called when micro-batch i is done); returns out."""
     import mqbatch.spark as S
 
     landing, out = tmp_path / "landing", tmp_path / "out"
@@ -228,6 +243,7 @@ def _stream_files(spark, tmp_path, files):
         write_landing(tmp_path / "all", "r1", i, rows)
         arrive(tmp_path / "all" / f"landing-r1-{i:08d}.parquet", landing)
         S.run_stream(spark, str(landing), str(out), S.JobOptions())
+        after(i)
     return out
 
 
@@ -277,3 +293,21 @@ def test_stream_looks_back_for_a_late_file_beyond_what_the_seen_state_covers(spa
     assert looked == [["b0000000000", "b0000000001"]]  # batch 2 only, back to batch 0
     rows = spark.read.parquet(str(out / "records")).collect()
     assert sorted((r.device, r.seq) for r in rows) == [("dev-a", 0), ("dev-b", 0)]
+
+
+def test_stream_deduplicates_within_a_micro_batch_only_when_two_arrivals_share_a_key(spark, tmp_path, monkeypatch):
+    """De-duplication sorts a micro-batch by key (a shuffle): a batch whose arrivals all have
+    keys of their own skips it; one with a resend inside it drops the resend (the test fails
+    if every batch is de-duplicated, and, with the check always saying "no repeat", on the
+    copy kept)."""
+    from mqbatch.spark import stream
+
+    calls = []
+    real = stream.deduplicate
+    monkeypatch.setattr(stream, "deduplicate", lambda arrivals: calls.append(1) or real(arrivals))
+    r = [rec(1, s, T0_MS + 1000 * s, 2000 + s) for s in range(3)]
+    files = [[landed(A, r[:2], T0_MS + 5_000)], [landed(A, [r[2]], T0_MS + 9_000), landed(A, [r[2]], T0_MS + 9_500)]]
+    out = _stream_files(spark, tmp_path, files, after=lambda i: calls.append(f"batch {i}"))
+    assert calls == ["batch 0", 1, "batch 1"]  # batch 1 only
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted(r.seq for r in rows) == [0, 1, 2]

@@ -43,17 +43,29 @@ SCHEMA = pa.schema(
 EMPTY = SCHEMA.empty_table()
 
 
+BATCH = pa.schema([*SCHEMA, pa.field("min_seq", pa.int64()), pa.field("n", pa.int64()), pa.field("seqs", pa.int64())])
+
+
 def of_arrivals(arrivals: DataFrame) -> pa.Table:
-    """Per (device, boot) of the valid records `arrivals`: min_seq, max_seq and last_us (the
-    latest received_at, microseconds), collected to the driver (a row per device and boot)."""
+    """Per (device, boot) of the valid records `arrivals`: min_seq, max_seq, last_us (the
+    latest received_at, microseconds), n (arrivals) and seqs (distinct seqs among them),
+    collected to the driver (a row per device and boot: BATCH)."""
     keyed = arrivals.where(F.col("device").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull())
     per_boot = keyed.groupBy("device", "boot").agg(
         F.min("seq").alias("min_seq"),
         F.max("seq").alias("max_seq"),
         F.max(F.unix_micros("received_at")).alias("last_us"),
+        F.count(F.lit(1)).alias("n"),
+        F.count_distinct("seq").alias("seqs"),
     )
     table = per_boot.toArrow()
-    return pa.table({f.name: table.column(f.name).cast(f.type) for f in [*SCHEMA, pa.field("min_seq", pa.int64())]})
+    return pa.table({f.name: table.column(f.name).cast(f.type) for f in BATCH})
+
+
+def repeats_within(batch: pa.Table) -> bool:
+    """Whether two arrivals of the batch (of_arrivals) share a key (device, boot, seq): False
+    means every arrival is the first of its key and the batch needs no de-duplication."""
+    return bool(pc.any(pc.greater(batch.column("n"), batch.column("seqs"))).as_py())
 
 
 def may_repeat(state: pa.Table, batch: pa.Table, since_us: int) -> bool:

@@ -54,6 +54,7 @@ from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark import seen
+from mqbatch.spark.accounting import RELEASED_UNCONFIRMED
 from mqbatch.spark.checkpoint import (
     check_same_checkpoint,
     checkpoint_of,
@@ -284,12 +285,15 @@ def _batch_files(directory: pathlib.Path) -> dict[int, list[str]]:
 
 
 def _decoded_rows(decoded: DataFrame) -> DataFrame:
-    """_decoded/ rows: the decoded rows without payloads, with CONTENT on each valid record."""
+    """_decoded/ rows: the decoded rows without payloads, with CONTENT on each valid record,
+    and of the readings only the one the report reads (released_unconfirmed: accounting): the
+    readings are in records/, and the report and the look-back read CONTENT."""
     is_record = F.col("reason").isNull() & F.col("sub_index").isNotNull()
     return (
-        decoded.withColumn("payload", F.lit(None).cast("binary"))
+        decoded.withColumn(CONTENT, F.when(is_record, content_hash()))
+        .withColumn("payload", F.lit(None).cast("binary"))
         .withColumn("sub_payload", F.lit(None).cast("binary"))
-        .withColumn(CONTENT, F.when(is_record, content_hash()))
+        .withColumn("readings", F.filter("readings", lambda r: r["channel"] == RELEASED_UNCONFIRMED))
     )
 
 
@@ -368,23 +372,22 @@ def _known(out: pathlib.Path) -> tuple[pa.Table, int] | None:
 
 
 def _new_records(
-    spark: SparkSession,
-    arrivals: DataFrame,
-    unique: DataFrame,
-    out: pathlib.Path,
-    opts: JobOptions,
-    first_us: int | None,
+    spark: SparkSession, arrivals: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None
 ) -> tuple[DataFrame, tuple[pa.Table, int] | None]:
-    """`unique` without the records an earlier micro-batch took (received within the watermark
-    before first_us, this batch's earliest landed row) with the same content: a resend is
-    dropped, a key collision (same key, other content) is kept. The earlier batches' files are
-    read only when the seen state (mqbatch.spark.seen) says a record of `arrivals` may be such
-    a copy. Returns the records and the seen state after this batch with its SEEN_FROM."""
+    """The first arrival of each record of `arrivals` (pipeline.deduplicate), without the
+    records an earlier micro-batch took (received within the watermark before first_us, this
+    batch's earliest landed row) with the same content: a resend is dropped, a key collision
+    (same key, other content) is kept. From one small aggregate of the batch's keys
+    (seen.of_arrivals): the batch is de-duplicated only if two of its arrivals share a key,
+    and the earlier batches' files are read only if the seen state (mqbatch.spark.seen) says
+    that a record may be such a copy. Returns the records and the seen state after this batch
+    with its SEEN_FROM."""
     known = _known(out)
     if first_us is None:
-        return unique, known
+        return deduplicate(arrivals), known
     since = _since_us(spark, first_us, opts.watermark)
     batch = seen.of_arrivals(arrivals)
+    unique = deduplicate(arrivals) if seen.repeats_within(batch) else arrivals
     if known is not None and since >= known[1]:  # the state covers this batch's look-back
         state = (seen.merged(known[0], batch, since), max(known[1], since))
         if not seen.may_repeat(known[0], batch, since):
@@ -491,8 +494,7 @@ def process_batch(
     decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         span = landing_files.received_span(good)  # on the driver: no Spark job
-        arrivals = records(decoded)
-        unique, state = _new_records(spark, arrivals, deduplicate(arrivals), out_p, opts, span and span[0])
+        unique, state = _new_records(spark, records(decoded), out_p, opts, span and span[0])
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         if state is not None:
