@@ -73,6 +73,23 @@ def test_report_accounting_balances_to_the_record_and_a_broken_counter_fails_it(
     assert under["stored"] != under["landed"] + under["dropped"] + under["released_not_landed"]
 
 
+def test_stream_accounting_is_the_batch_jobs(spark, tmp_path):
+    """The streaming job's report reads the released_unconfirmed readings back from _decoded/
+    (which keeps no other reading): its accounting is the batch job's, device by device, the
+    unbalanced ones included (it fails if _decoded/ keeps none of the readings)."""
+    import mqbatch.spark as job
+
+    land = tmp_path / "landing"
+    write_landing(
+        land, "r1", 0, _device("dev-ok", dropped=10, released=20) + _device("dev-under", dropped=10, released=5)
+    )
+    opts = job.JobOptions(reorder_window=3)
+    batch = job.run_batch(spark, str(land), str(tmp_path / "batch"), opts)["devices"]
+    stream = job.run_stream(spark, str(land), str(tmp_path / "stream"), opts)["devices"]
+    assert batch["dev-ok"]["accounting"]["released_unconfirmed"] == 20  # (the case the check is about)
+    assert {d: v["accounting"] for d, v in stream.items()} == {d: v["accounting"] for d, v in batch.items()}
+
+
 class _CountingRow(dict):
     """A collected row that counts every field read (pyspark's Row costs ~1 us a read)."""
 

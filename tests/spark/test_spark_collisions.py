@@ -206,33 +206,6 @@ def _spy_look_back(monkeypatch):
     return looked
 
 
-def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spark, tmp_path, monkeypatch):
-    """A copy received more than --watermark (1 hour) after the earlier ones is not looked
-    for (kept again: the bound the watermark buys); one within it is dropped. A micro-batch
-    opens the files of no committed batch whose latest landed row is older than its bound
-    (received_max_us in the commit): batch 2 reads only batch 1's. Batch 0 (nothing before
-    it) and batch 1 (whose only earlier arrival landed 2 h before) do not look back at all
-    (the seen state: mqbatch.spark.seen)."""
-    import mqbatch.spark as S
-
-    looked = _spy_look_back(monkeypatch)
-    r0, r1 = rec(1, 0, T0_MS, 2000), rec(1, 1, T0_MS + 1000, 2001)
-    hour = 3_600_000
-    landing, out = tmp_path / "landing", tmp_path / "out"
-    files = [
-        [landed(A, [r0], T0_MS + 5_000)],
-        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour)],  # r0 again, 2 h later: beyond the watermark
-        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour + hour // 2)],  # both again, 30 min later
-    ]
-    for i, rows in enumerate(files):
-        write_landing(tmp_path / "all", "r1", i, rows)
-        arrive(tmp_path / "all" / f"landing-r1-{i:08d}.parquet", landing)
-        S.run_stream(spark, str(landing), str(out), S.JobOptions())
-    rows = spark.read.parquet(str(out / "records")).collect()
-    assert sorted(r.seq for r in rows) == [0, 0, 1]  # r0 kept twice (2 h apart), r1 once
-    assert looked == [["b0000000001"]]  # batch 2 only, and only batch 1 of the two before it
-
-
 def _stream_files(spark, tmp_path, files, after=lambda i: None):
     """Each list of landed rows arrives as one landing file and one micro-batch (after(i)
     is called when micro-batch i is done); returns out."""
@@ -245,6 +218,27 @@ def _stream_files(spark, tmp_path, files, after=lambda i: None):
         S.run_stream(spark, str(landing), str(out), S.JobOptions())
         after(i)
     return out
+
+
+def test_stream_looks_back_as_far_as_the_watermark_and_opens_no_older_batch(spark, tmp_path, monkeypatch):
+    """A copy received more than --watermark (1 hour) after the earlier ones is not looked
+    for (kept again: the bound the watermark buys); one within it is dropped. A micro-batch
+    opens the files of no committed batch whose latest landed row is older than its bound
+    (received_max_us in the commit): batch 2 reads only batch 1's. Batch 0 (nothing before
+    it) and batch 1 (whose only earlier arrival landed 2 h before) do not look back at all
+    (the seen state: mqbatch.spark.seen)."""
+    looked = _spy_look_back(monkeypatch)
+    r0, r1 = rec(1, 0, T0_MS, 2000), rec(1, 1, T0_MS + 1000, 2001)
+    hour = 3_600_000
+    files = [
+        [landed(A, [r0], T0_MS + 5_000)],
+        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour)],  # r0 again, 2 h later: beyond the watermark
+        [landed(A, [r0, r1], T0_MS + 5_000 + 2 * hour + hour // 2)],  # both again, 30 min later
+    ]
+    out = _stream_files(spark, tmp_path, files)
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted(r.seq for r in rows) == [0, 0, 1]  # r0 kept twice (2 h apart), r1 once
+    assert looked == [["b0000000001"]]  # batch 2 only, and only batch 1 of the two before it
 
 
 def test_stream_looks_back_only_when_a_record_may_be_a_copy_and_then_as_far_as_any(spark, tmp_path, monkeypatch):
@@ -277,7 +271,8 @@ def test_stream_looks_back_for_a_late_file_beyond_what_the_seen_state_covers(spa
     """The state forgets a (device, boot) whose last arrival is older than the watermark
     (it stays one row per active device). A late landing file whose rows landed before that
     (its look-back reaches further back than the state covers) looks back: its copy of
-    dev-b's record is found in batch 0. Trusting the state there keeps the copy."""
+    dev-b's record is found in batch 0. Trusting the state there keeps the copy. That batch
+    builds the state anew from what it read, so a later resend of dev-a's record is found."""
     looked = _spy_look_back(monkeypatch)
     hour = 3_600_000
     b0, a0 = rec(1, 0, T0_MS, 2000), rec(1, 0, T0_MS + 2 * hour, 2100)
@@ -288,9 +283,12 @@ def test_stream_looks_back_for_a_late_file_beyond_what_the_seen_state_covers(spa
             [landed(B, [b0], T0_MS + 5_000)],
             [landed(A, [a0], T0_MS + 2 * hour + 5_000)],  # dev-b's row leaves the state
             [landed(B, [b0], T0_MS + hour // 2)],  # a late file: dev-b's resend landed 30 min after b0
+            [landed(A, [a0], T0_MS + 2 * hour + 9_000)],  # dev-a's resend: only batch 2's look-back saw a0
         ],
     )
-    assert looked == [["b0000000000", "b0000000001"]]  # batch 2 only, back to batch 0
+    # batch 2, back to batch 0; batch 3 through the state batch 2 built from its look-back
+    # (a state built from batch 2's own records only keeps a0's copy: the instrument fails)
+    assert looked == [["b0000000000", "b0000000001"], ["b0000000001"]]
     rows = spark.read.parquet(str(out / "records")).collect()
     assert sorted((r.device, r.seq) for r in rows) == [("dev-a", 0), ("dev-b", 0)]
 

@@ -31,6 +31,8 @@ from pyspark.sql import functions as F
 from mqbatch.wire.records import CHANNEL_BY_NAME
 
 RELEASED_UNCONFIRMED = CHANNEL_BY_NAME["released_unconfirmed"].id
+# the channels of the readings the report reads (the stream's _decoded/ keeps only these)
+CHANNELS_READ = (RELEASED_UNCONFIRMED,)
 
 
 def released_per_boot(arrivals: DataFrame) -> DataFrame:

@@ -13,8 +13,8 @@ makes the batch look back as before: the state only ever says "no copy is possib
 The state is one small Parquet file per commit, written staged and moved with the batch's
 outputs (`_seen/bN-seen.parquet`, private like them); the newest committed one is read, the
 older ones deleted after the commit. It holds a row per (device, boot) that landed within the
-watermark (about one per device: 10,000 devices, 68 kB) and is exact from `from_us`
-on (the commit's SEEN_FROM): every valid arrival the committed batches took that landed at
+watermark (about one per device: 10,000 devices, 68 kB) and is exact from the commit's
+SEEN_FROM (`seen_from_us`) on: every valid arrival the committed batches took that landed at
 or after it is covered. A batch whose look-back reaches further back (a late file), or the
 first batch after an older mqbatch committed (no SEEN_FROM), looks back and builds the state
 from what it read."""
@@ -22,6 +22,7 @@ from what it read."""
 from __future__ import annotations
 
 import pathlib
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,13 +44,23 @@ SCHEMA = pa.schema(
 EMPTY = SCHEMA.empty_table()
 
 
-BATCH = pa.schema([*SCHEMA, pa.field("min_seq", pa.int64()), pa.field("n", pa.int64()), pa.field("seqs", pa.int64())])
+class Seen(NamedTuple):
+    """A state and its SEEN_FROM: it covers every arrival landed at or after from_us."""
+
+    table: pa.Table
+    from_us: int
+
+
+# of_arrivals: per (device, boot) of one micro-batch's valid records
+BATCH_KEYS = pa.schema(
+    [*SCHEMA, pa.field("min_seq", pa.int64()), pa.field("n", pa.int64()), pa.field("seqs", pa.int64())]
+)
 
 
 def of_arrivals(arrivals: DataFrame) -> pa.Table:
     """Per (device, boot) of the valid records `arrivals`: min_seq, max_seq, last_us (the
     latest received_at, microseconds), n (arrivals) and seqs (distinct seqs among them),
-    collected to the driver (a row per device and boot: BATCH)."""
+    collected to the driver (a row per device and boot: BATCH_KEYS)."""
     keyed = arrivals.where(F.col("device").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull())
     per_boot = keyed.groupBy("device", "boot").agg(
         F.min("seq").alias("min_seq"),
@@ -59,7 +70,7 @@ def of_arrivals(arrivals: DataFrame) -> pa.Table:
         F.count_distinct("seq").alias("seqs"),
     )
     table = per_boot.toArrow()
-    return pa.table({f.name: table.column(f.name).cast(f.type) for f in BATCH})
+    return pa.table({f.name: table.column(f.name).cast(f.type) for f in BATCH_KEYS})
 
 
 def repeats_within(batch: pa.Table) -> bool:

@@ -46,7 +46,6 @@ import shutil
 import time
 import urllib.parse
 
-import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -54,7 +53,7 @@ from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
 from mqbatch.spark import seen
-from mqbatch.spark.accounting import RELEASED_UNCONFIRMED
+from mqbatch.spark.accounting import CHANNELS_READ
 from mqbatch.spark.checkpoint import (
     check_same_checkpoint,
     checkpoint_of,
@@ -98,9 +97,13 @@ def _has_parquet(path: pathlib.Path) -> bool:
     return path.is_dir() and any(path.rglob("*.parquet"))
 
 
+def _commit_paths(out: pathlib.Path) -> list[pathlib.Path]:
+    """The commits (_batches/N.json), oldest first."""
+    return sorted((out / "_batches").glob("*.json"))
+
+
 def _committed(out: pathlib.Path) -> list[dict]:
-    commits = sorted((out / "_batches").glob("*.json"))
-    return [json.loads(p.read_text(encoding="utf-8")) for p in commits]
+    return [json.loads(p.read_text(encoding="utf-8")) for p in _commit_paths(out)]
 
 
 def _report_of(spark: SparkSession, out: pathlib.Path, bad: list[dict], opts: JobOptions, landing: str | None) -> dict:
@@ -287,13 +290,13 @@ def _batch_files(directory: pathlib.Path) -> dict[int, list[str]]:
 def _decoded_rows(decoded: DataFrame) -> DataFrame:
     """_decoded/ rows: the decoded rows without payloads, with CONTENT on each valid record,
     and of the readings only the one the report reads (released_unconfirmed: accounting): the
-    readings are in records/, and the report and the look-back read CONTENT."""
+    readings are in records/, and the report and the look-back read CONTENT (CHANNELS_READ)."""
     is_record = F.col("reason").isNull() & F.col("sub_index").isNotNull()
     return (
         decoded.withColumn(CONTENT, F.when(is_record, content_hash()))
         .withColumn("payload", F.lit(None).cast("binary"))
         .withColumn("sub_payload", F.lit(None).cast("binary"))
-        .withColumn("readings", F.filter("readings", lambda r: r["channel"] == RELEASED_UNCONFIRMED))
+        .withColumn("readings", F.filter("readings", lambda r: r["channel"].isin(*CHANNELS_READ)))
     )
 
 
@@ -352,7 +355,7 @@ def _since_us(spark: SparkSession, first_us: int, watermark: str) -> int:
 
 
 def _latest_commit(out: pathlib.Path) -> dict | None:
-    commits = sorted((out / "_batches").glob("*.json"))
+    commits = _commit_paths(out)
     return json.loads(commits[-1].read_text(encoding="utf-8")) if commits else None
 
 
@@ -360,48 +363,55 @@ def _seen_file(out: pathlib.Path, batch_id: int) -> pathlib.Path:
     return out / SEEN / f"{_tag(batch_id)}-{seen.NAME}"
 
 
-def _known(out: pathlib.Path) -> tuple[pa.Table, int] | None:
-    """The seen state after the newest commit and its SEEN_FROM (an empty state that has seen
-    everything before the first commit), or None when that commit has none (an older mqbatch)."""
+def _known(out: pathlib.Path) -> seen.Seen | None:
+    """The seen state after the newest commit (an empty state that has seen everything before
+    the first commit), or None when that commit has none (an older mqbatch)."""
     latest = _latest_commit(out)
     if latest is None:
-        return seen.EMPTY, seen.EVERYTHING
+        return seen.Seen(seen.EMPTY, seen.EVERYTHING)
     state = seen.load(_seen_file(out, latest["batch_id"]))
     start = latest.get(seen.SEEN_FROM)
-    return None if state is None or start is None else (state, start)
+    return None if state is None or start is None else seen.Seen(state, start)
+
+
+def _drop_older_seen(out: pathlib.Path, batch_id: int) -> None:
+    """Deletes the seen states of the batches before batch_id (committed: only the newest is read)."""
+    for older in (out / SEEN).glob(f"b*-{seen.NAME}"):
+        m = _TAGGED.match(older.name)
+        if m and int(m.group(1)) < batch_id:
+            older.unlink(missing_ok=True)
 
 
 def _new_records(
     spark: SparkSession, arrivals: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None
-) -> tuple[DataFrame, tuple[pa.Table, int] | None]:
+) -> tuple[DataFrame, seen.Seen | None]:
     """The first arrival of each record of `arrivals` (pipeline.deduplicate), without the
     records an earlier micro-batch took (received within the watermark before first_us, this
     batch's earliest landed row) with the same content: a resend is dropped, a key collision
     (same key, other content) is kept. From one small aggregate of the batch's keys
     (seen.of_arrivals): the batch is de-duplicated only if two of its arrivals share a key,
     and the earlier batches' files are read only if the seen state (mqbatch.spark.seen) says
-    that a record may be such a copy. Returns the records and the seen state after this batch
-    with its SEEN_FROM."""
+    that a record may be such a copy. Returns the records and the seen state after this batch."""
     known = _known(out)
     if first_us is None:
         return deduplicate(arrivals), known
     since = _since_us(spark, first_us, opts.watermark)
     batch = seen.of_arrivals(arrivals)
     unique = deduplicate(arrivals) if seen.repeats_within(batch) else arrivals
-    if known is not None and since >= known[1]:  # the state covers this batch's look-back
-        state = (seen.merged(known[0], batch, since), max(known[1], since))
-        if not seen.may_repeat(known[0], batch, since):
-            return unique, state
+    if known is not None and since >= known.from_us:  # the state covers this batch's look-back
+        after = seen.Seen(seen.merged(known.table, batch, since), max(known.from_us, since))
+        if not seen.may_repeat(known.table, batch, since):
+            return unique, after
         earlier = _earlier_copies(spark, out, since)
-    else:  # the state anew from the look-back: exact from since on
+    else:  # the state anew from the look-back (read twice then: a late file, an upgrade)
         earlier = _earlier_copies(spark, out, since)
         base = seen.EMPTY if earlier is None else seen.of_arrivals(earlier)
-        state = (seen.merged(base, batch, since), since)
+        after = seen.Seen(seen.merged(base, batch, since), since)
     if earlier is None:
-        return unique, state
+        return unique, after
     key = ["device", "boot", "seq", CONTENT]
     copies = earlier.select(*key)
-    return unique.withColumn(CONTENT, content_hash()).join(copies, key, "left_anti").drop(CONTENT), state
+    return unique.withColumn(CONTENT, content_hash()).join(copies, key, "left_anti").drop(CONTENT), after
 
 
 def _counts() -> tuple:
@@ -498,7 +508,7 @@ def process_batch(
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         if state is not None:
-            seen.save(state[0], staging / SEEN)
+            seen.save(state.table, staging / SEEN)
         # the batch's counts are observed while its outputs are written (no Spark job of their own)
         written, observed = Observation("records"), Observation("decoded")
         write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
@@ -542,15 +552,12 @@ def process_batch(
                 "quarantined_files": bad_now,
                 KEYED: True,
                 "received_max_us": span and span[1],
-                **({seen.SEEN_FROM: state[1]} if state is not None else {}),
+                **({seen.SEEN_FROM: state.from_us} if state is not None else {}),
             },
             indent=1,
         ),
     )
-    for older in (out_p / SEEN).glob(f"b*-{seen.NAME}"):  # only the newest commit's state is read
-        m = _TAGGED.match(older.name)
-        if m and int(m.group(1)) < batch_id:
-            older.unlink(missing_ok=True)
+    _drop_older_seen(out_p, batch_id)
     if reporting:
         _promote(waiting, out_p)
         _note_reported(out_p)
