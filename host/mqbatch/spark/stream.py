@@ -376,10 +376,10 @@ def _known(out: pathlib.Path) -> seen.Seen | None:
 
 def _drop_older_seen(out: pathlib.Path, batch_id: int) -> None:
     """Deletes the seen states of the batches before batch_id (committed: only the newest is read)."""
-    for older in (out / SEEN).glob(f"b*-{seen.NAME}"):
-        m = _TAGGED.match(older.name)
-        if m and int(m.group(1)) < batch_id:
-            older.unlink(missing_ok=True)
+    for older, files in _batch_files(out / SEEN).items():
+        if older < batch_id:
+            for f in files:
+                pathlib.Path(f).unlink(missing_ok=True)
 
 
 def _new_records(
