@@ -10,6 +10,8 @@
 #     Outbox.read back into the send encoder (as App._load), publish_batch, flush() (the
 #     PUBACK), Outbox.ack; records per second
 #   app_parts_us_per_record: the same path by step (PARTS), us per record
+#   app_heap_bytes_per_batch: the same path by step with the GC disabled, heap bytes per
+#     100-record batch (gc.mem_alloc() around each step)
 # Usage: micropython record_bench.py HOST PORT CA|- BATCHES [OUTBOX_DIR]
 import gc
 import json
@@ -137,6 +139,43 @@ if len(sys.argv) > 5:
     app_path(batches)
     result["app_records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
     result["app_parts_us_per_record"] = [[PARTS[i], parts[i] / (batches * PER_BATCH)] for i in range(len(PARTS))]
+
+    # the same path with the GC off: heap bytes each step allocates, per batch (gc.mem_alloc()
+    # before and after each step; over ALLOC_BATCHES batches, so that the outbox opens and
+    # deletes segment files on the way as it does in a run)
+    heap = [0] * 6
+
+    def app_alloc(k):
+        b = 0
+        while b < k:
+            a0 = gc.mem_alloc()
+            fill()
+            a1 = gc.mem_alloc()
+            eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
+            seq[0] += PER_BATCH
+            a2 = gc.mem_alloc()
+            out.load(outbox.read(eid, out_view), outbox.entry_records)
+            a3 = gc.mem_alloc()
+            client.publish_batch(out, TOPIC, 1)
+            a4 = gc.mem_alloc()
+            client.flush(10000)
+            a5 = gc.mem_alloc()
+            outbox.ack(eid)
+            a6 = gc.mem_alloc()
+            heap[0] += a1 - a0
+            heap[1] += a2 - a1
+            heap[2] += a3 - a2
+            heap[3] += a4 - a3
+            heap[4] += a5 - a4
+            heap[5] += a6 - a5
+            b += 1
+
+    ALLOC_BATCHES = 24
+    gc.collect()
+    gc.disable()
+    app_alloc(ALLOC_BATCHES)
+    gc.enable()
+    result["app_heap_bytes_per_batch"] = [[PARTS[i], heap[i] / ALLOC_BATCHES] for i in range(len(PARTS))]
     outbox.close()
 client.disconnect()
 print(json.dumps(result))

@@ -92,6 +92,10 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
             name: [dict(r["rec"]["app_parts_us_per_record"])[name] for r in runs]
             for name, _ in runs[0]["rec"]["app_parts_us_per_record"]
         },
+        "app_heap": {  # heap bytes per 100-record batch by step, GC off (PARTS)
+            name: [dict(r["rec"]["app_heap_bytes_per_batch"])[name] for r in runs]
+            for name, _ in runs[0]["rec"]["app_heap_bytes_per_batch"]
+        },
         "wait": [r["wait"]["publishes_per_s"] * 100 for r in runs],
         "busy": [r["busy"]["publishes_per_s"] * 100 for r in runs],
     }
@@ -111,6 +115,13 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
         f"QoS 1 -> PUBACK -> outbox ack, 100-record batches: {spread(fig['app_path'], ',.0f')} records/s = "
         f"{spread([1e6 / r for r in fig['app_path']], '.1f')} us/record, by step (us/record): "
         + "; ".join(f"{k} {spread(v, '.2f')}" for k, v in fig["app_parts"].items())
+    )
+    per_batch = [sum(step[i] for step in fig["app_heap"].values()) for i in range(len(runs))]
+    fig["app_heap_per_record"] = [b / 100 for b in per_batch]
+    print(
+        f"  the same path's heap, GC off: {spread(fig['app_heap_per_record'], '.2f')} bytes/record = "
+        f"{spread(per_batch, ',.0f')} bytes per 100-record batch, by step (bytes/batch): "
+        + "; ".join(f"{k} {spread(v, ',.0f')}" for k, v in fig["app_heap"].items())
     )
     print(
         "  QoS 1, ONE prebuilt batch (100 x 24 B) republished, no record sampled, stored or encoded "
