@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 NUMBER = r"[\d,]+(?:\.\d+)? \[[\d,]+(?:\.\d+)?\.\.[\d,]+(?:\.\d+)?\]"
 
 
@@ -65,4 +67,4 @@ def test_the_app_paths_heap_is_measured_by_step_and_sees_what_allocates(bench_al
     assert all(v == 0 for v in heap["sample"]), heap
     assert all(v > 0 for v in heap["append+fsync"]), heap
     for run, per_record in enumerate(fig["app_heap_per_record"]):
-        assert per_record * 100 == sum(v[run] for v in heap.values())
+        assert per_record * 100 == pytest.approx(sum(v[run] for v in heap.values()))

@@ -5,10 +5,13 @@ taken is checked too, so that a landing zone meant for a shortcut cannot pass by
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from test_jvm_decode import write_rows
 
 from mqbatch.wire import codec
-from mqbatch_testing.spark import T0_MS, health, landed, sample, write_landing
+from mqbatch_testing.spark import T0_MS, health, landed, sample
 
 pytestmark = pytest.mark.spark
 
@@ -54,6 +57,15 @@ def _json():  # records the Python decoders take (JSON), valid, no repeat
     return [_batch(A, 1, [0, 1], fmt="json"), _batch(A, 1, [2, 3]), _batch(B, 2, [0], fmt="json")]
 
 
+def _no_received_at():  # a valid record whose landed row has no received_at (another writer's file)
+    rows = _clean()
+    return rows + [dataclasses.replace(_batch(A, 1, [5, 6]), received_at_us=None)]
+
+
+def _empty():  # a landing file of no rows
+    return []
+
+
 def _partial_batch():
     """A batch whose batch-size says 3 but holds 2 records: with JobOptions(partial=True) its
     records are kept with batch status `partial`, which outcome rows derived from records/
@@ -76,6 +88,8 @@ CASES = {
     "quarantined": (_quarantined, {}, (True, True, True)),
     "json": (_json, {}, (True, False, True)),
     "partial": (_partial_batch, {"partial": True}, (True, True, False)),
+    "no received_at": (_no_received_at, {}, (True, False, True)),
+    "empty": (_empty, {}, (True, False, True)),
 }
 
 
@@ -102,7 +116,7 @@ def test_batch_job_equals_the_pipelines_definition_on_each_route(spark, tmp_path
 
     rows, options, route = CASES[case]
     landing = tmp_path / "landing"
-    write_landing(landing, "r1", 0, rows())
+    write_rows(landing, rows())
     opts = JobOptions(reorder_window=2, **options)
     taken = {"moved": 0, "decoded_again": 0, "derived": 0}
 
@@ -113,6 +127,12 @@ def test_batch_job_equals_the_pipelines_definition_on_each_route(spark, tmp_path
 
         monkeypatch.setattr(batch, fn.__name__, wrapped)
 
+    decode_to = batch.job_decode_to
+
+    def counting_parts(*a, **k):
+        taken["python"] = decode_to(*a, **k)["python"]
+
+    monkeypatch.setattr(batch, "job_decode_to", counting_parts)
     spy("moved", batch._move)
     spy("decoded_again", batch.job_decode)
     spy("derived", batch._record_outcomes)
@@ -123,7 +143,9 @@ def test_batch_job_equals_the_pipelines_definition_on_each_route(spark, tmp_path
     assert got.pop("skipped_landing_entries") == {"count": 0, "by_reason": {}, "entries": []}
     assert got == want
     order = ("device", "boot", "seq", "received_at", "sub_index")
-    assert _rows(spark.read.parquet(str(tmp_path / "out" / "records")), *order) == _rows(want_records, *order)
+    # (with records/'s schema: an empty landing zone leaves no data file to infer it from, as before)
+    written = batch._read_records(spark, str(tmp_path / "out" / "records"))
+    assert _rows(written, *order) == _rows(want_records, *order)
     q_order = ("segment", "offset", "sub_index")
     assert _rows(spark.read.parquet(str(tmp_path / "out" / "quarantine")), *q_order) == _rows(want_quarantine, *q_order)
     assert (taken["moved"] == 1, taken["decoded_again"] == 1, taken["derived"] == 1) == route, taken
@@ -132,6 +154,8 @@ def test_batch_job_equals_the_pipelines_definition_on_each_route(spark, tmp_path
     # the cases cover what they say: repeats where the route rewrites, quarantine where it decodes again
     assert (got["records"]["duplicates"] + got["records"]["key_collisions"] > 0) == (not route[0])
     assert (got["quarantine"]["rows"] > 0) == route[1]
+    if case in ("json", "no received_at", "partial"):  # a second part, the Python decoders' rows, was written
+        assert taken["python"], taken
     if case == "clean":
         assert got["devices"]["dev-a"]["dropped_on_device"] == 7  # read from the readings of records/
     if case == "partial":
@@ -163,3 +187,70 @@ def test_records_whose_outcome_rows_cannot_be_derived_are_counted_not_plain(spar
     observation = Observation("counts")
     spark.createDataFrame(rows, DECODED_SCHEMA).observe(observation, *batch._counts()).collect()
     assert observation.get == {"rows": 7, "records": 6, "not_plain": 4}
+
+
+def test_counts_spark_does_not_deliver_send_the_job_the_long_way(spark, tmp_path, monkeypatch):
+    """Without the decode pass's counts (a dropped listener event: observed() gives None after
+    its wait) nothing is derived: the landing zone is decoded again for every outcome row."""
+    from mqbatch.spark import JobOptions, batch
+
+    write_rows(tmp_path / "landing", _clean())
+    monkeypatch.setattr(batch, "observed", lambda observation: None)
+    again = []
+    decode = batch.job_decode
+    monkeypatch.setattr(batch, "job_decode", lambda *a, **k: again.append(1) or decode(*a, **k))
+    opts = JobOptions(reorder_window=2)
+    got = batch.run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), opts)
+    got.pop("skipped_landing_entries")
+    assert again == [1] and got == _definition(spark, str(tmp_path / "landing"), opts)[0]
+
+
+def test_a_rerun_replaces_records_and_ignores_what_a_killed_run_staged(spark, tmp_path):
+    """Batch outputs are overwritten: a second run over another landing zone (other dates)
+    leaves only its own records/, also when it moves its staged files into place (the route
+    without repeats); files a killed run left in _staging/records never reach records/, also
+    when the session overwrites partitions dynamically (a user's setting: Spark then keeps
+    the date partitions a write does not replace)."""
+    from mqbatch.spark import JobOptions, batch
+
+    key = "spark.sql.sources.partitionOverwriteMode"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "dynamic")
+    try:
+        _rerun(spark, tmp_path, batch, JobOptions)
+    finally:
+        spark.conf.set(key, before)
+
+
+def _rerun(spark, tmp_path, batch, JobOptions):
+
+    out, opts = tmp_path / "out", JobOptions(reorder_window=2)
+    write_rows(tmp_path / "day1", _clean())
+    batch.run_batch(spark, str(tmp_path / "day1"), str(out), opts)
+    day1 = sorted(p.name for p in (out / "records").glob("date=*"))
+    stale = out / "_staging" / "records" / "date=1999-01-01"  # as a killed run leaves it
+    stale.mkdir(parents=True)
+    (stale / "part-stale.parquet").write_bytes(next((out / "records").glob("date=*/*.parquet")).read_bytes())
+    later = [dataclasses.replace(r, received_at_us=r.received_at_us + 3 * 86_400_000_000) for r in _clean()]
+    write_rows(tmp_path / "day4", later)
+    got = batch.run_batch(spark, str(tmp_path / "day4"), str(out), opts)
+    day4 = sorted(p.name for p in (out / "records").glob("date=*"))
+    assert day4 and not set(day4) & set(day1 + ["date=1999-01-01"]), (day1, day4)
+    assert spark.read.parquet(str(out / "records")).count() == got["records"]["unique"] == 13
+    assert not (out / "_staging").exists()
+
+
+def test_a_failed_move_keeps_the_earlier_records(spark, tmp_path):
+    """batch._move renames the old records/ aside first: a rename that fails puts it back."""
+    from mqbatch.spark import batch
+
+    old, new = tmp_path / "records", tmp_path / "_staging" / "records"
+    old.mkdir()
+    (old / "kept").write_text("earlier")
+    with pytest.raises(OSError, match=r"could not move .* \(the earlier .* is kept\)"):
+        batch._move(spark, str(new), str(old))  # nothing staged: the rename fails
+    assert (old / "kept").read_text() == "earlier"
+    new.mkdir(parents=True)
+    (new / "part").write_text("new")
+    batch._move(spark, str(new), str(old))
+    assert sorted(p.name for p in old.iterdir()) == ["part"] and not new.exists()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pathlib
 
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -86,6 +87,7 @@ def run_batch(
     staged_dir = f"{out}/{STAGED}"
     held = rest = None
     try:
+        _remove(spark, staged_dir)  # what a killed run left: never part of this one's records/
         with _step(seconds, "decode to records", say):
             counts = _stage(spark, read_landing(spark, paths), opts, staged_dir)
         plain = counts is not None and counts["rows"] == counts["records"] and not counts["not_plain"]
@@ -185,7 +187,7 @@ def _keys(staged: DataFrame) -> list[dict]:
     def span(where: Column, name: str) -> list[Column]:
         at = F.when(where, F.col("received_at"))
         return [
-            F.count(at).alias(f"n_{name}"),
+            F.count(F.when(where, 1)).alias(f"n_{name}"),  # rows (received_at may be null: counted too)
             F.date_format(F.min(at), ISO_US).alias(f"first_{name}"),
             F.date_format(F.max(at), ISO_US).alias(f"last_{name}"),
         ]
@@ -225,16 +227,18 @@ def _record_outcomes(keys: list[dict]) -> list[dict]:
 def _other_rows(
     spark: SparkSession, paths: list[str], opts: JobOptions, counts: dict | None, keys: list[dict], out: str
 ) -> tuple[list, DataFrame]:
-    """When not every decoded row is a plain record: the landing zone decoded again for the
-    rows that are not records (persisted: quarantine/ and their outcome rows), or for every
-    outcome row when the counts are missing or a record is not plain. Returns (the outcome
-    rows, the cached other rows)."""
+    """When not every decoded row is a plain record: the landing zone decoded a second time,
+    persisted while quarantine/ and the outcome rows are taken from it: only the rows that are
+    not records when every record is plain (the records' outcome rows derived from `keys`),
+    else every row (a record not plain, or counts Spark did not deliver). Returns (the
+    outcome rows, the cached rows)."""
     decoded = job_decode(spark, read_landing(spark, paths), opts)
-    rest = decoded.where(~_valid()).persist(StorageLevel.MEMORY_AND_DISK)
-    _write_quarantine(rest, out)
-    if counts is None or counts["not_plain"]:
-        return outcome_counts(decoded), rest
-    return _record_outcomes(keys) + outcome_counts(rest), rest
+    everything = counts is None or bool(counts["not_plain"])
+    cached = (decoded if everything else decoded.where(~_valid())).persist(StorageLevel.MEMORY_AND_DISK)
+    _write_quarantine(cached, out)
+    if everything:
+        return outcome_counts(cached), cached
+    return _record_outcomes(keys) + outcome_counts(cached), cached
 
 
 def _write_quarantine(decoded: DataFrame, out: str) -> None:
@@ -243,10 +247,12 @@ def _write_quarantine(decoded: DataFrame, out: str) -> None:
 
 def _without_later_copies(spark: SparkSession, staged: DataFrame, repeats: list[tuple]) -> DataFrame:
     """The staged records without the later copies of a record (deduplicate), shuffling only
-    the records of the (device, boot)s where two arrivals share a seq (`repeats`)."""
-    flagged = F.broadcast(spark.createDataFrame(repeats, "device string, boot long"))
-    kept = staged.join(flagged, ["device", "boot"], "left_anti")
-    copies = deduplicate(staged.join(flagged, ["device", "boot"], "left_semi")).drop(KEY_FIRST)
+    the records of the (device, boot)s where two arrivals share a seq (`repeats`; matched
+    null-safe, as deduplicate's window groups them)."""
+    flagged = F.broadcast(spark.createDataFrame(repeats, "_d string, _b long"))
+    on = staged["device"].eqNullSafe(flagged["_d"]) & staged["boot"].eqNullSafe(flagged["_b"])
+    kept = staged.join(flagged, on, "left_anti")
+    copies = deduplicate(staged.join(flagged, on, "left_semi")).drop(KEY_FIRST)
     return kept.unionByName(copies)
 
 
@@ -258,10 +264,25 @@ def _with_dropped_total(rows: DataFrame) -> DataFrame:
 
 
 def _move(spark: SparkSession, src: str, dst: str) -> None:
-    """Replace directory dst by src on any Hadoop file system (a rename: no byte copied)."""
+    """Replace directory dst by src (a rename on the Hadoop file system of `src`; on a local or
+    HDFS out no byte is copied, an object store copies). The old dst is renamed aside first
+    and put back if src cannot be moved, so a failure leaves the old records/, never none."""
     hadoop = spark.sparkContext._jvm.org.apache.hadoop.fs  # type: ignore[union-attr]
-    s, d = hadoop.Path(src), hadoop.Path(dst)
+    s, d, aside = hadoop.Path(src), hadoop.Path(dst), hadoop.Path(f"{src}-replaced")
     fs = s.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    fs.delete(d, True)
-    if not fs.rename(s, d):
-        raise OSError(f"mqbatch.spark: could not move {src} to {dst}")
+    fs.delete(aside, True)
+    if fs.exists(d) and not _rename(fs, d, aside):
+        raise OSError(f"mqbatch.spark: could not move {dst} aside to replace it")
+    if not _rename(fs, s, d):
+        if fs.exists(aside):
+            _rename(fs, aside, d)
+        raise OSError(f"mqbatch.spark: could not move {src} to {dst} (the earlier {dst} is kept)")
+    fs.delete(aside, True)
+
+
+def _rename(fs, src, dst) -> bool:
+    """FileSystem.rename, False where it fails (some file systems raise instead, e.g. no src)."""
+    try:
+        return bool(fs.rename(src, dst))
+    except Py4JJavaError:
+        return False
