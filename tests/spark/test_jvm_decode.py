@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from mqbatch.ingest import landing as landing_zone
-from mqbatch.spark import JobOptions, batch, jvm, pipeline
+from mqbatch.spark import JobOptions, jvm, pipeline
 from mqbatch.util.paths import ROOT
 from mqbatch.wire import codec, records
 from mqbatch_testing import VENV_BIN
@@ -301,5 +301,5 @@ def test_a_landed_row_the_job_loses_fails_it_loudly(spark, tmp_path, monkeypatch
         lambda landed, opts, compact: landed.limit(0).mapInArrow(lambda batches: iter(()), pipeline.DECODED_SCHEMA),
     )
     with pytest.raises(RuntimeError, match="the landing files hold 6 rows but report.json accounted for 3"):
-        batch.run_batch(spark, landing, str(tmp_path / "out"), JobOptions())
+        pipeline.run_batch(spark, landing, str(tmp_path / "out"), JobOptions())
     assert not (tmp_path / "out" / "report.json").exists()

@@ -192,7 +192,14 @@ def _accounting(landed: int, absent: int, dropped: int, lost: int, dropped_lande
 
 
 # run_batch's steps, in order (its `seconds` keys and its progress lines)
-STEPS = ["files.scan", "decode to records", "aggregates", "records/", "quarantine/", "build_report"]
+STEPS = [
+    "files.scan",
+    "decode (to staging)",
+    "deduplicate (keys)",
+    "write records/",
+    "write quarantine/",
+    "build_report",
+]
 
 
 def expected_report(partial: bool, reorder_window: int = 3) -> dict:
@@ -365,6 +372,27 @@ def test_batch_rerun_is_idempotent(job, spark, scenario, batch_default):
     assert first[0] == second[0]  # byte for byte
     assert first[1] == second[1] and len(second[1]) == 16  # overwritten, not appended
     assert first[2] == second[2] and len(second[2]) == 6
+
+
+def test_batch_drops_later_copies_without_the_broadcast_hint_too(
+    job, spark, scenario, batch_default, tmp_path, monkeypatch
+):
+    """Later copies of a record are dropped by row id with a broadcast anti-join when few
+    (batch_default) and as Spark chooses beyond pipeline.BROADCAST_DUPLICATES: same output;
+    the staged decoded rows are removed either way."""
+    from mqbatch.spark import pipeline
+
+    monkeypatch.setattr(pipeline, "BROADCAST_DUPLICATES", 0)
+    seconds: dict = {}
+    report = job.run_batch(spark, str(scenario), str(tmp_path), job.JobOptions(reorder_window=3), seconds)
+    assert report == expected_report(False)
+    batch_out, _ = batch_default
+    for out in (tmp_path, batch_out):
+        assert sorted(p.name for p in out.iterdir()) == ["quarantine", "records", "report.json"]
+    assert _read(spark, tmp_path / "records", "device", "boot", "seq") == _read(
+        spark, batch_out / "records", "device", "boot", "seq"
+    )
+    assert set(seconds) == set(STEPS)
 
 
 @pytest.mark.slow
@@ -626,21 +654,20 @@ def test_report_json_is_reused_only_when_it_is_the_one_written_for_the_newest_co
 
 
 def test_metrics_spark_never_delivers_are_none_after_the_wait_not_a_hang(spark, monkeypatch):
-    """A micro-batch's counts are observed while it writes (pipeline.observed; the batch job's
-    too); Observation.get alone waits for ever for metrics that never come. Here: a DataFrame
-    no action ran on."""
+    """A micro-batch's counts are observed while it writes (stream._observed); Observation.get
+    alone waits for ever for metrics that never come. Here: a DataFrame no action ran on."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from mqbatch.spark import pipeline
+    from mqbatch.spark import stream
 
-    monkeypatch.setattr(pipeline, "OBSERVED_WAIT_S", 0.3)
+    monkeypatch.setattr(stream, "OBSERVED_WAIT_S", 0.3)
     observation = Observation("never")
     observed = spark.range(3).observe(observation, F.count(F.lit(1)).alias("rows"))
     started = time.monotonic()
-    assert pipeline.observed(observation) is None and time.monotonic() - started < 5
+    assert stream._observed(observation) is None and time.monotonic() - started < 5
     observed.collect()
-    assert pipeline.observed(observation) == {"rows": 3}
+    assert stream._observed(observation) == {"rows": 3}
 
 
 def test_counts_spark_does_not_deliver_are_counted_again_from_the_staged_files(
@@ -812,7 +839,7 @@ def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
 
 
 def test_the_reports_aggregates_run_together_in_order_in_the_callers_job_group(spark):
-    """build_report's four collects run in threads (pipeline.collect_together): results in
+    """build_report's four collects run in threads (pipeline._collect_together): results in
     the order given, every job in the caller's job group (the benchmark counts jobs by it;
     plain threads lose it), and a failing collect fails the call instead of a None result."""
     from mqbatch.spark import pipeline
@@ -820,11 +847,11 @@ def test_the_reports_aggregates_run_together_in_order_in_the_callers_job_group(s
     sc = spark.sparkContext
     sc.setJobGroup("collect-together-test", "test")
     try:
-        got = pipeline.collect_together(spark.range(3).collect, lambda: spark.range(5).count(), spark.range(1).collect)
+        got = pipeline._collect_together(spark.range(3).collect, lambda: spark.range(5).count(), spark.range(1).collect)
         assert [len(got[0]), got[1], len(got[2])] == [3, 5, 1]
         assert len(sc.statusTracker().getJobIdsForGroup("collect-together-test")) >= 3
         with pytest.raises(ZeroDivisionError):
-            pipeline.collect_together(spark.range(2).collect, lambda: 1 // 0)
+            pipeline._collect_together(spark.range(2).collect, lambda: 1 // 0)
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
 

@@ -45,7 +45,7 @@ _EXPORTS = {
     "latency_percentiles": "pipeline",
     "build_report": "pipeline",
     "write_report": "pipeline",
-    "run_batch": "batch",
+    "run_batch": "pipeline",
     "job_decode": "pipeline",
     "job_decode_to": "pipeline",
     "decode_to": "pipeline",

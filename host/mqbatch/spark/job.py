@@ -14,11 +14,10 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from mqbatch.spark import cds, jvm
-from mqbatch.spark.batch import run_batch
 from mqbatch.spark.checkpoint import take_checkpoint
 from mqbatch.spark.lines import REPORT_WRITTEN
 from mqbatch.spark.options import add_arguments, check_paths, options_from
-from mqbatch.spark.pipeline import HADOOP_UMASK, PARQUET_TIMESTAMPS
+from mqbatch.spark.pipeline import HADOOP_UMASK, PARQUET_TIMESTAMPS, run_batch
 from mqbatch.spark.stream import run_stream
 from mqbatch.util.procs import die_with_parent
 

@@ -9,9 +9,11 @@
     unique      = deduplicate(arrivals)       first arrival of each (device, boot, seq)
     report      = build_report(decoded, ...)  counts per reason, per-device quality
 
-The batch job (mqbatch.spark.batch.run_batch) writes the valid records once, in records/'s
-own form, and de-duplicates only where two arrivals share a key; the stream persists the
-decoded rows per micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
+`decoded` is computed once and records/, quarantine/ and the report are derived from it:
+run_batch writes the job's compact decoded rows (job_decode_to: one scan of the landing
+zone when every row takes the fast path) once to OUT/_staging/decoded
+and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
+micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import pathlib
 import time
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from mqbatch.spark import accounting, arrival, jvm
@@ -286,12 +289,10 @@ def latency_percentiles(unique: DataFrame) -> DataFrame:
     )
 
 
-ISO_US = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"  # received_at in the report: ISO 8601, microseconds
-
-
 def outcome_counts(decoded: DataFrame) -> list:
     """One small aggregate of the decoded rows for the report: rows per (landed_first,
     batch_status, stage, reason, device, boot, is a record) with the received_at span."""
+    iso = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
     return (
         decoded.groupBy(
             "landed_first",
@@ -304,8 +305,8 @@ def outcome_counts(decoded: DataFrame) -> list:
         )
         .agg(
             F.count("*").alias("n"),
-            F.date_format(F.min("received_at"), ISO_US).alias("first"),
-            F.date_format(F.max("received_at"), ISO_US).alias("last"),
+            F.date_format(F.min("received_at"), iso).alias("first"),
+            F.date_format(F.max("received_at"), iso).alias("last"),
         )
         .collect()
     )
@@ -355,7 +356,7 @@ def _devices(outcomes: list, boots: list, latency: list) -> dict:
     return devices
 
 
-def collect_together(*collects) -> list:
+def _collect_together(*collects) -> list:
     """Run the report's small Spark jobs at the same time (one driver thread each): each
     has a few tasks, so one at a time they leave the executors' cores idle while the driver
     plans the next; the results are the same, in the order given. InheritableThread: each
@@ -395,7 +396,7 @@ def build_report(
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
     quarantined landing files (files.BadFile). Four small aggregates are collected at once
-    (outcomes, per boot, latency, released per boot: collect_together) and merged on the driver.
+    (outcomes, per boot, latency, released per boot: _collect_together) and merged on the driver.
     Without `unique`, the records are de-duplicated once, on their arrival keys only
     (first_arrivals, persisted while the aggregates run), for the two that read them."""
     keys = None
@@ -403,29 +404,15 @@ def build_report(
         keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
         unique = keys.where(F.col("_first"))
     try:
-        outcomes, boots, latency, released = collect_together(
-            lambda: outcome_counts(decoded), *report_collects(unique, records(decoded), opts)
+        outcomes, boots, latency, released = _collect_together(
+            lambda: outcome_counts(decoded),
+            boot_quality(unique, opts).collect,
+            latency_percentiles(unique).collect,
+            accounting.released_per_boot(records(decoded)).collect,
         )
     finally:
         if keys is not None:
             keys.unpersist()
-    return assemble_report(outcomes, boots, latency, released, opts, bad_files)
-
-
-def report_collects(unique: DataFrame, arrivals: DataFrame, opts: JobOptions) -> tuple:
-    """The report's aggregates of the records, as collects to run (collect_together): per boot
-    and latency of `unique` (the de-duplicated records, with KEY_FIRST where two may share a
-    key), released-unconfirmed per boot of `arrivals` (every valid record)."""
-    return (
-        boot_quality(unique, opts).collect,
-        latency_percentiles(unique).collect,
-        accounting.released_per_boot(arrivals).collect,
-    )
-
-
-def assemble_report(outcomes: list, boots: list, latency: list, released: list, opts: JobOptions, bad_files) -> dict:
-    """report.json from the collected aggregates: `outcomes` outcome_counts' rows (or rows equal
-    to them: the batch job derives those of valid records), the others report_collects'."""
     devices = _devices(outcomes, boots, latency)
     accounting.add_accounting(devices, released)  # issue 22
     landed = [r for r in outcomes if r["landed_first"]]
@@ -565,21 +552,17 @@ def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "
 
 
 def _write_records(unique: DataFrame, out: str, mode: str) -> None:
-    write_records(unique, f"{out}/records", mode)
-
-
-def write_records(unique: DataFrame, path: str, mode: str) -> None:
-    """The records as records/ holds them, at `path`: partitioned by date=YYYY-MM-DD, sorted by
-    device, boot, seq within each file (no global sort)."""
     (
         record_output(unique)
         .sortWithinPartitions("date", "device", "boot", "seq")
         .write.mode(mode)
         .partitionBy("date")
-        .parquet(path)
+        .parquet(f"{out}/records")
     )
 
 
+ROW_ID = "_row"  # the batch job's id of a decoded row (its staged copy)
+STAGING = "_staging/decoded"  # under --out: the batch job's decoded rows, removed when it ends
 # the arrival keys of the valid records: all that de-duplication and the report's windows read
 KEY_COLUMNS = [
     "device",
@@ -590,16 +573,22 @@ KEY_COLUMNS = [
     "synced",
     "latency_ms",
     "dropped_total",
+    ROW_ID,
 ]
+# later copies of a record (duplicates) are dropped from records/ with a broadcast
+# anti-join up to this many (8 bytes each), beyond it with a shuffled one
+BROADCAST_DUPLICATES = 4_000_000
 
 
 def first_arrivals(arrivals: DataFrame) -> DataFrame:
     """KEY_COLUMNS of the valid records with their content hash (CONTENT), partitioned by
     (device, boot), with `_first`: the first arrival of its (device, boot, seq, content), kept
     in records/ (a key collision is kept, a resend is not), and KEY_FIRST (_dedup_flags).
-    The report's windows reuse this partitioning."""
-    content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # the stream's _decoded/ has it
-    return _dedup_flags(arrivals.select(*KEY_COLUMNS, content.alias(CONTENT)).repartition("device", "boot"))
+    The report's windows reuse this partitioning. ROW_ID only where the rows have one (the
+    batch job's staged copy; the stream's _decoded/ has none)."""
+    content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # run_batch stages it
+    keys = [c for c in KEY_COLUMNS if c != ROW_ID or ROW_ID in arrivals.columns]
+    return _dedup_flags(arrivals.select(*keys, content.alias(CONTENT)).repartition("device", "boot"))
 
 
 def _remove(spark: SparkSession, path: str) -> None:
@@ -610,25 +599,6 @@ def _remove(spark: SparkSession, path: str) -> None:
     fs.delete(p, True)
     if fs.exists(p.getParent()) and not fs.listStatus(p.getParent()):
         fs.delete(p.getParent(), False)
-
-
-OBSERVED_WAIT_S = 60.0
-
-
-def observed(observation: Observation) -> dict | None:
-    """The observation's metrics once the action that carried them ended, or None if Spark has
-    not delivered them within OBSERVED_WAIT_S (a listener event can be dropped when Spark's
-    listener queue overflows: Observation.get would then wait for ever)."""
-    try:
-        done = observation._jo.future().isCompleted  # type: ignore[union-attr]
-    except Exception:  # another Spark: its own get
-        return observation.get
-    deadline = time.monotonic() + OBSERVED_WAIT_S
-    while not done():
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.01)
-    return observation.get
 
 
 @contextlib.contextmanager
@@ -646,6 +616,67 @@ def _step(seconds: dict | None, name: str, say=None):
             seconds[name] = seconds.get(name, 0.0) + took
         if say is not None and ok:
             say(f"{PROGRESS}{name} {took:.1f} s")
+
+
+def run_batch(
+    spark: SparkSession, landing: str, out: str, opts: JobOptions, seconds: dict | None = None, say=None
+) -> dict:
+    """Batch mode: outputs are overwritten, so a rerun gives the same result.
+
+    One decode pass: the decoded rows (compact, decoder.compact) are written once to
+    OUT/_staging/decoded; records/, quarantine/ and the report are derived from that copy.
+    De-duplication and the report's windows shuffle only the arrival keys of the records
+    (KEY_COLUMNS, persisted); the records themselves are written without a shuffle, the
+    later copies of a record dropped by their row id (an anti-join, broadcast when small).
+    `seconds`, if given, receives the wall-clock seconds of each step (the benchmark prints them);
+    `say`, if given, is called with one progress line per step as it ends (`mqbatch spark`
+    prints them on stderr). Every folder it creates is 0700 and every file 0600 (private_output)."""
+    private_output(spark, out)
+    with _step(seconds, "files.scan", say):
+        paths, bad_files = landing_files.scan(landing)
+        size_shuffle(spark, paths)
+    staging = f"{out.rstrip('/')}/{STAGING}"
+
+    def stage(rows: DataFrame, part: int) -> None:  # row ids of part 1 are negative: no clash
+        ids = F.monotonically_increasing_id()
+        (
+            rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+            # the content hash while the readings are at hand: de-duplication then reads 8 bytes
+            # per record from the staged copy instead of the readings again
+            .withColumn(CONTENT, content_hash())
+            .write.mode("overwrite" if part == 0 else "append")
+            .parquet(staging)
+        )
+
+    in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
+    with _step(seconds, "decode (to staging)", say):
+        job_decode_to(spark, read_landing(spark, paths), opts, stage)
+    staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
+    decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
+    arrivals = records(decoded)
+    keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with _step(seconds, "deduplicate (keys)", say):
+            later = keys.where(~F.col("_first")).select(ROW_ID)
+            n_later = later.count()
+        if n_later:
+            arrivals = arrivals.join(
+                F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
+            )
+        with _step(seconds, "write records/", say):
+            _write_records(arrivals, out, "overwrite")
+        with _step(seconds, "write quarantine/", say):
+            quarantine(decoded).write.mode("overwrite").parquet(f"{out}/quarantine")
+        with _step(seconds, "build_report", say):
+            report = build_report(decoded, opts, keys.where(F.col("_first")), bad_files)
+    finally:
+        keys.unpersist()
+        _remove(spark, staging)
+    _account(in_files, report["landed"])
+    report["skipped_landing_entries"] = landing_files.skipped_report(landing)
+    write_report(report, pathlib.Path(out))
+    make_private(out)
+    return report
 
 
 def _account(in_files: int | None, landed: int) -> None:

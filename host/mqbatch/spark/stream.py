@@ -63,13 +63,11 @@ from mqbatch.spark.checkpoint import (
 from mqbatch.spark.options import JobOptions
 from mqbatch.spark.pipeline import (
     CONTENT,
-    OBSERVED_WAIT_S,
     build_report,
     content_hash,
     deduplicate,
     job_decode,
     make_private,
-    observed,
     private_output,
     read_landing,
     records,
@@ -424,7 +422,23 @@ def _counts() -> tuple:
     )
 
 
-_observed = observed  # (a module attribute: tests make it fail)
+OBSERVED_WAIT_S = 60.0
+
+
+def _observed(observation: Observation) -> dict | None:
+    """The observation's metrics once the write that carried them ended, or None if Spark has
+    not delivered them within OBSERVED_WAIT_S (a listener event can be dropped when Spark's
+    listener queue overflows: Observation.get would then wait for ever)."""
+    try:
+        done = observation._jo.future().isCompleted  # type: ignore[union-attr]
+    except Exception:  # another Spark: its own get
+        return observation.get
+    deadline = time.monotonic() + OBSERVED_WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+    return observation.get
 
 
 def _move_staged(staging: pathlib.Path, out: pathlib.Path, tag: str) -> None:
@@ -496,10 +510,10 @@ def process_batch(
         if state is not None:
             seen.save(state.table, staging / SEEN)
         # the batch's counts are observed while its outputs are written (no Spark job of their own)
-        written, observing = Observation("records"), Observation("decoded")
+        written, observed = Observation("records"), Observation("decoded")
         write_outputs(decoded, unique.observe(written, F.count(F.lit(1)).alias("records")), str(staging))
-        _decoded_rows(decoded.observe(observing, *_counts())).write.mode("overwrite").parquet(str(staging / "_decoded"))
-        counts, written_count = _observed(observing), _observed(written)
+        _decoded_rows(decoded.observe(observed, *_counts())).write.mode("overwrite").parquet(str(staging / "_decoded"))
+        counts, written_count = _observed(observed), _observed(written)
     finally:
         decoded.unpersist()
     if counts is None or written_count is None:  # (never seen here) Spark did not deliver the metrics
