@@ -98,82 +98,61 @@ if len(sys.argv) > 5:
     out_view = memoryview(out.buf)[80:]
     seq = [0]
 
-    parts = [0] * 6  # us per step, summed over the timed batches (PARTS)
-
-    def app_path(k):
+    def app_path(k, now, diff, acc):
+        """k batches of the app path; acc[i] += diff(end, start) of step i (PARTS), `now()` read
+        between the steps: time.ticks_us (us) or gc.mem_alloc (heap bytes, with the GC off)."""
         b = 0
-        t0 = time.ticks_us()
+        t0 = now()
         while b < k:  # each step from the previous one's end: together they cover the loop
             fill()
-            t1 = time.ticks_us()
+            t1 = now()
             eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
             if eid < 0:
                 raise RuntimeError("outbox refused the batch: %d" % eid)
             seq[0] += PER_BATCH
-            t2 = time.ticks_us()
+            t2 = now()
             n = outbox.read(eid, out_view)
             if n < 0:
                 raise RuntimeError("outbox entry %d unreadable: %d" % (eid, n))
             out.load(n, outbox.entry_records)
-            t3 = time.ticks_us()
+            t3 = now()
             if client.publish_batch(out, TOPIC, 1) < 0:
                 raise RuntimeError("publish_batch did not send")
-            t4 = time.ticks_us()
+            t4 = now()
             if client.flush(10000):
                 raise RuntimeError("no PUBACK within 10 s")
-            t5 = time.ticks_us()
+            t5 = now()
             outbox.ack(eid)
-            t6 = time.ticks_us()
-            parts[0] += time.ticks_diff(t1, t0)
-            parts[1] += time.ticks_diff(t2, t1)
-            parts[2] += time.ticks_diff(t3, t2)
-            parts[3] += time.ticks_diff(t4, t3)
-            parts[4] += time.ticks_diff(t5, t4)
-            parts[5] += time.ticks_diff(t6, t5)
-            t0 = t6  # (this bookkeeping is timed with the next sample step: < 0.1 %)
+            t6 = now()
+            acc[0] += diff(t1, t0)
+            acc[1] += diff(t2, t1)
+            acc[2] += diff(t3, t2)
+            acc[3] += diff(t4, t3)
+            acc[4] += diff(t5, t4)
+            acc[5] += diff(t6, t5)
+            t0 = t6  # (this bookkeeping is measured with the next sample step: < 0.1 %, no heap)
             b += 1
 
-    app_path(5)  # warm-up
+    parts = [0] * 6  # us per step, summed over the timed batches (PARTS)
+    app_path(5, time.ticks_us, time.ticks_diff, parts)  # warm-up
     parts[:] = [0] * 6
     t0 = time.ticks_us()
-    app_path(batches)
+    app_path(batches, time.ticks_us, time.ticks_diff, parts)
     result["app_records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
     result["app_parts_us_per_record"] = [[PARTS[i], parts[i] / (batches * PER_BATCH)] for i in range(len(PARTS))]
 
-    # the same path with the GC off: heap bytes each step allocates, per batch (gc.mem_alloc()
-    # before and after each step; over ALLOC_BATCHES batches, so that the outbox opens and
-    # deletes segment files on the way as it does in a run)
+    # the same path with the GC off: heap bytes each step allocates, per batch; over
+    # ALLOC_BATCHES batches, so that the outbox opens and deletes segment files on the way
+    # as it does in a run
+    ALLOC_BATCHES = 24
     heap = [0] * 6
 
-    def app_alloc(k):
-        b = 0
-        while b < k:
-            a0 = gc.mem_alloc()
-            fill()
-            a1 = gc.mem_alloc()
-            eid = outbox.append(enc.payload(), enc.count, 1, seq[0], seq[0] + PER_BATCH - 1)
-            seq[0] += PER_BATCH
-            a2 = gc.mem_alloc()
-            out.load(outbox.read(eid, out_view), outbox.entry_records)
-            a3 = gc.mem_alloc()
-            client.publish_batch(out, TOPIC, 1)
-            a4 = gc.mem_alloc()
-            client.flush(10000)
-            a5 = gc.mem_alloc()
-            outbox.ack(eid)
-            a6 = gc.mem_alloc()
-            heap[0] += a1 - a0
-            heap[1] += a2 - a1
-            heap[2] += a3 - a2
-            heap[3] += a4 - a3
-            heap[4] += a5 - a4
-            heap[5] += a6 - a5
-            b += 1
+    def minus(a, b):
+        return a - b
 
-    ALLOC_BATCHES = 24
     gc.collect()
     gc.disable()
-    app_alloc(ALLOC_BATCHES)
+    app_path(ALLOC_BATCHES, gc.mem_alloc, minus, heap)
     gc.enable()
     result["app_heap_bytes_per_batch"] = [[PARTS[i], heap[i] / ALLOC_BATCHES] for i in range(len(PARTS))]
     outbox.close()

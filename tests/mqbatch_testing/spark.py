@@ -8,10 +8,13 @@ modules of spark_jobs/ (PYTHONPATH is set before the JVM starts)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from mqbatch.ingest import landing as landing_zone
@@ -126,3 +129,17 @@ def write_landing(directory, recorder: str, segment: int, rows) -> None:
         pathlib.Path(directory),
         landing_zone.parquet_name(recorder, segment),
     )
+
+
+def write_rows(directory, rows) -> str:
+    """The landed rows as one landing file, landing-r1-00000000.parquet (received_at null where
+    a row has None: a file another writer made), in `directory`; returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    table = landing_zone.to_table([dataclasses.replace(r, received_at_us=r.received_at_us or 0) for r in rows], "r1", 0)
+    at = table.column("received_at").to_pylist()
+    received = pa.array(
+        [None if r.received_at_us is None else v for r, v in zip(rows, at)], table.schema.field("received_at").type
+    )
+    table = table.set_column(table.schema.get_field_index("received_at"), "received_at", received)
+    pq.write_table(table, directory / "landing-r1-00000000.parquet")
+    return str(directory)

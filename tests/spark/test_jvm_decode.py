@@ -12,17 +12,14 @@ import os
 import subprocess
 import sys
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from mqbatch.ingest import landing as landing_zone
 from mqbatch.spark import JobOptions, jvm, pipeline
 from mqbatch.util.paths import ROOT
 from mqbatch.wire import codec, records
 from mqbatch_testing import VENV_BIN
-from mqbatch_testing.spark import T0_MS, landed, write_landing
+from mqbatch_testing.spark import T0_MS, landed, write_landing, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -89,19 +86,6 @@ def publish(subs, topic="mqbatch/dev-1/telemetry", props=None, received_ms=RECEI
     """A landed row; received_ms None: one without received_at (written by write_rows)."""
     row = landed(topic, subs, received_ms or 0, props=props, payload=payload)
     return row if received_ms is not None else dataclasses.replace(row, received_at_us=None)
-
-
-def write_rows(directory, rows) -> str:
-    """The landed rows as one landing file (received_at null where a row has None)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    table = landing_zone.to_table([dataclasses.replace(r, received_at_us=r.received_at_us or 0) for r in rows], "r1", 0)
-    at = table.column("received_at").to_pylist()
-    received = pa.array(
-        [None if r.received_at_us is None else v for r, v in zip(rows, at)], table.schema.field("received_at").type
-    )
-    table = table.set_column(table.schema.get_field_index("received_at"), "received_at", received)
-    pq.write_table(table, directory / "landing-r1-00000000.parquet")
-    return str(directory)
 
 
 LIMIT_MS = JobOptions().max_future_s * 1000

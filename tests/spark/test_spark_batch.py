@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_jvm_decode import write_rows
 
 from mqbatch.wire import codec
-from mqbatch_testing.spark import T0_MS, health, landed, sample
+from mqbatch_testing.spark import T0_MS, health, landed, sample, write_rows
 
 pytestmark = pytest.mark.spark
 

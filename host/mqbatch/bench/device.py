@@ -81,6 +81,11 @@ def _one_run(broker, ca: str, batches: int, publishes: int, extra: list[str]) ->
     }
 
 
+def _by_step(runs: list[dict], key: str) -> dict[str, list[float]]:
+    """{step: [its figure in each run]} of record_bench.py's [[step, figure], ...] under key."""
+    return {name: [dict(r["rec"][key])[name] for r in runs] for name, _ in runs[0]["rec"][key]}
+
+
 def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
     fig = {
         "us_per_sample": [r["rec"]["us_per_sample"] for r in runs],
@@ -88,14 +93,9 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
         "us_per_publish": [r["rec"]["us_per_publish"] for r in runs],
         "pipeline": [r["rec"]["records_per_s"] for r in runs],
         "app_path": [r["rec"]["app_records_per_s"] for r in runs],
-        "app_parts": {  # us per record by step, in the script's order (tests/mpy/record_bench.py PARTS)
-            name: [dict(r["rec"]["app_parts_us_per_record"])[name] for r in runs]
-            for name, _ in runs[0]["rec"]["app_parts_us_per_record"]
-        },
-        "app_heap": {  # heap bytes per 100-record batch by step, GC off (PARTS)
-            name: [dict(r["rec"]["app_heap_bytes_per_batch"])[name] for r in runs]
-            for name, _ in runs[0]["rec"]["app_heap_bytes_per_batch"]
-        },
+        # by step, in the script's order (tests/mpy/record_bench.py PARTS)
+        "app_parts": _by_step(runs, "app_parts_us_per_record"),  # us per record
+        "app_heap": _by_step(runs, "app_heap_bytes_per_batch"),  # heap bytes per 100-record batch, GC off
         "wait": [r["wait"]["publishes_per_s"] * 100 for r in runs],
         "busy": [r["busy"]["publishes_per_s"] * 100 for r in runs],
     }
