@@ -33,13 +33,13 @@ _BLANK = const(4)      # the file ends inside a header, or in bytes never writte
 
 
 # CRC-32 (binascii.crc32's: IEEE 802.3, reflected, init and final xor 0xFFFFFFFF)
-# of every entry and header, computed by _crc in two 16-bit halves: a 32-bit port
-# keeps ints below 2**30 small, and binascii.crc32 returns a long int on the heap
-# for 3 CRCs in 4, so append() and read() would allocate per batch (docs/outbox.md,
-# "Allocation"). A 64-bit port keeps binascii.crc32 (C, ~100x faster) for payloads
-# (_C); headers (16 and 28 bytes) always use the halves. Table entry i is the CRC
-# register after one byte i: _CRC_LO its low 16 bits, _CRC_HI its high 16 bits,
-# little-endian u16 each (2 x 512 bytes of constants: flash, not heap, in .mpy).
+# of every entry and header, computed by _crc without allocating: binascii.crc32
+# returns a long int on the heap for 3 CRCs in 4 on a 32-bit port (ints of 2**30 and
+# more), so append() and read() would allocate per batch (docs/outbox.md,
+# "Allocation and speed"). Where the port has a native emitter (ESP32, RP2040, the
+# Unix port) _C, mqb_crc_native's machine code, computes it with machine words;
+# elsewhere (the WebAssembly port) _crc does, in two 16-bit halves (~250x slower).
+# Both use these tables. Table entry i is the CRC
 _CRC_LO = const(
     b"\x00\x00\x96\x30\x2c\x61\xba\x51\x19\xc4\x8f\xf4\x35\xa5\xa3\x95\x32\x88\xa4\xb8\x1e\xe9\x88\xd9"
     b"\x2b\x4c\xbd\x7c\x07\x2d\x91\x1d\x64\x10\xf2\x20\x48\x71\xde\x41\x7d\xd4\xeb\xe4\x51\xb5\xc7\x85"
@@ -86,26 +86,25 @@ _CRC_HI = const(
     b"\x67\xa7\x60\xd0\x69\x49\x6e\x3e\xd1\xae\xd6\xd9\xdf\x40\xd8\x37\xbc\xa9\xbb\xde\xb2\x47\xb5\x30"
     b"\xbd\xbd\xba\xca\xb3\x53\xb4\x24\xd0\xba\xd7\xcd\xde\x54\xd9\x23\x66\xb3\x61\xc4\x68\x5d\x6f\x2a"
     b"\x0b\xb4\x0c\xc3\x05\x5a\x02\x2d")
-_C = crc32 if __import__("sys").maxsize >> 32 else None
+if __import__("sys").implementation._mpy >> 10:   # the port's native arch: it runs machine code
+    from mqb_crc_native import crc32 as _C
+else:                    # none (the WebAssembly port): the tables in Python; the App says so at start
+    _C = None
 _RESIDUE = const(0x2144DF1C)   # crc32(data + its CRC-32, little-endian): the same for any data
 
 
 def _crc(buf, n, out, p, store):
     """CRC-32 of buf[0:n]: store it at out[p:p+4] (little-endian) and return True;
-    or (store False) return whether out[p:p+4] holds it. Allocates nothing on a
-    32-bit port; on a 64-bit one, a memoryview if n > 32 and len(buf) != n."""
-    if _C is not None and n > 32:
-        c = _C(buf if len(buf) == n else memoryview(buf)[:n])
-        lo = c & 0xFFFF
-        hi = c >> 16
-    else:
-        lo = hi = 0xFFFF
-        for i in range(n):
-            k = ((lo ^ buf[i]) & 0xFF) << 1
-            lo = (lo >> 8 | (hi & 0xFF) << 8) ^ (_CRC_LO[k] | _CRC_LO[k + 1] << 8)
-            hi = hi >> 8 ^ (_CRC_HI[k] | _CRC_HI[k + 1] << 8)
-        lo ^= 0xFFFF
-        hi ^= 0xFFFF
+    or (store False) return whether out[p:p+4] holds it. Allocates nothing."""
+    if _C is not None:
+        return _C(buf, n, out, p, store, _CRC_LO, _CRC_HI) == 1
+    lo = hi = 0xFFFF
+    for i in range(n):
+        k = ((lo ^ buf[i]) & 0xFF) << 1
+        lo = (lo >> 8 | (hi & 0xFF) << 8) ^ (_CRC_LO[k] | _CRC_LO[k + 1] << 8)
+        hi = hi >> 8 ^ (_CRC_HI[k] | _CRC_HI[k + 1] << 8)
+    lo ^= 0xFFFF
+    hi ^= 0xFFFF
     if store:
         out[p] = lo & 0xFF
         out[p + 1] = lo >> 8

@@ -4,11 +4,11 @@
 
 Timed: `Outbox.append(payload, 10)` of a `size`-byte payload (flushed to a file on the
 host, VfsPosix) and `Outbox.read(eid, dest)` of it with its CRC checked, n of each per
-run, µs per call. Paths: "64-bit" (this port's default: binascii.crc32 for payloads,
-the headers in 16-bit halves), "32-bit" (mqb_outbox_format._C = None: everything in
-16-bit halves, the path a 32-bit port takes). --before DIR times a checkout's firmware
-as it is (e.g. one made with `git worktree add /tmp/before <rev>`), the baseline the
-ratios are against.
+run, µs per call. Paths: "native" (mqb_crc_native's machine code, what every port with
+a native emitter runs: ESP32, RP2040, this Unix port), "tables" (mqb_outbox_format._C =
+None: the CRC-32 in 16-bit halves in Python, what a port without one runs, e.g. the
+WebAssembly port). --before DIR times a checkout's firmware as it is (e.g. one made with
+`git worktree add /tmp/before <rev>`), the baseline the ratios are against.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ SCRIPT = """
 import time, json
 from mqb_outbox import Outbox
 PATH = %r
-if PATH is not None:
+if PATH == "tables":
     import mqb_outbox_format as F
-    from binascii import crc32
-    F._C = crc32 if PATH == "64-bit" else None
+    F._C = None
 n, size = %d, %d
 ob = Outbox(%r, segment_size=65536, max_segments=8, max_entries=64)
 data = memoryview(bytearray(bytes(range(256)) * (size // 256 + 1))[:size])
@@ -75,8 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=2000)
     args = ap.parse_args(argv)
     rows = ([("before", args.before / "firmware", None)] if args.before else []) + [
-        ("64-bit", ROOT / "firmware", "64-bit"),
-        ("32-bit", ROOT / "firmware", "32-bit"),
+        ("native", ROOT / "firmware", "native"),
+        ("tables", ROOT / "firmware", "tables"),
     ]
     figures = {name: [run(fw, path, args.n, args.size) for _ in range(args.runs)] for name, fw, path in rows}
     base = rows[0][0]

@@ -25,7 +25,7 @@ LAYERS = [
     ("MQTT packets", {"mqb_packet", "mqb_packet_build", "mqb_packet_e2e"}),
     ("transport", {"mqb_transport"}),  # sockets, TLS: the client drives one
     ("client/session", {"mqb_inflight", "mqb_client", "mqb_sub"}),
-    ("on-flash format", {"mqb_boot", "mqb_outbox_format"}),
+    ("on-flash format", {"mqb_boot", "mqb_crc_native", "mqb_outbox_format"}),
     ("outbox recovery", {"mqb_outbox_recover"}),
     ("outbox queue", {"mqb_outbox"}),
     ("board", {"mqb_board", "mqb_wifi"}),
