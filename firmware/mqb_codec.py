@@ -132,6 +132,14 @@ class BatchEncoder:
         them at (e.g. with struct.pack_into), or FULL if the batch cannot take
         them. Raises RecordTooLarge if n bytes can never fit in a batch.
         The sub-message counts from now on: the caller must fill all n bytes."""
+        if 0 <= n < 128 and self._limit > 128:   # a record's size: a 1-byte length, no VBI calls
+            end = self.end
+            if self.count >= self.max_count or end - self.headroom + n + 1 > self._limit:
+                return FULL
+            self.buf[end] = n
+            self.end = end + 1 + n
+            self.count += 1
+            return end + 1
         need = vbi_size(n) + n
         if need > self._limit:
             raise RecordTooLarge(

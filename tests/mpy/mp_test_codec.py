@@ -94,6 +94,35 @@ def test_reserve_and_pack_into_in_place():
     assert bytes(enc.payload()) == b"".join(b"\x06" + struct.pack("<HI", i, 1000 + i) for i in range(3))
 
 
+def test_reserve_follows_the_sizes_rule_for_every_size_and_limit():
+    # reserve(n) against the rule it implements, worked out here: a sub-message takes
+    # vbi_size(n) + n bytes; FULL when the count is reached or the bytes would pass the
+    # limit; RecordTooLarge when they pass it in an empty batch. Sizes below 128 (a
+    # record's) take a shorter path in reserve: both sides of 128, every limit near it.
+    for limit in (1, 2, 50, 127, 128, 129, 130, 131, 200, 300):
+        for n in list(range(0, 135)) + [250, 16383, 16384]:
+            for max_count in (3, 1000):
+                enc = BatchEncoder(bytearray(limit + 8), headroom=8, max_count=max_count, max_payload_bytes=limit)
+                need = (1 if n < 128 else 2 if n < 16384 else 3) + n
+                if need > limit:
+                    assert "exceeds the batch payload limit" in _raises(RecordTooLarge, enc.reserve, n), (limit, n)
+                    assert enc.count == 0 and enc.end == 8
+                    continue
+                used = 0
+                while True:
+                    pos = enc.reserve(n)
+                    if enc.count == max_count and pos == FULL or used + need > limit:
+                        assert pos == FULL, (limit, n, max_count, used, pos)
+                        assert enc.count == used // need and enc.end == 8 + used, (limit, n, enc.count, enc.end)
+                        break
+                    assert pos == 8 + used + need - n, (limit, n, used, pos)
+                    assert vbi_read(enc.buf, 8 + used, pos) == n
+                    used += need
+                    if enc.count == max_count:
+                        assert enc.reserve(n) == FULL
+                        break
+
+
 def test_write_count_digits():
     enc = BatchEncoder(bytearray(300), max_count=200)
     buf = bytearray(4)
