@@ -37,7 +37,7 @@ _BLANK = const(4)      # the file ends inside a header, or in bytes never writte
 # returns a long int on the heap for 3 CRCs in 4 on a 32-bit port (ints of 2**30 and
 # more), so append() and read() would allocate per batch (docs/outbox.md,
 # "Allocation and speed"). Where the port has a native emitter (ESP32, RP2040, the
-# Unix port) _C, mqb_crc_native's machine code, computes it with machine words;
+# Unix port) _C, mqb_native's machine code, computes it with machine words;
 # elsewhere (the WebAssembly port) _crc does, in two 16-bit halves (~250x slower).
 # Both use these tables. Table entry i is the CRC
 _CRC_LO = const(
@@ -87,7 +87,7 @@ _CRC_HI = const(
     b"\xbd\xbd\xba\xca\xb3\x53\xb4\x24\xd0\xba\xd7\xcd\xde\x54\xd9\x23\x66\xb3\x61\xc4\x68\x5d\x6f\x2a"
     b"\x0b\xb4\x0c\xc3\x05\x5a\x02\x2d")
 if __import__("sys").implementation._mpy >> 10:   # the port's native arch: it runs machine code
-    from mqb_crc_native import crc32 as _C
+    from mqb_native import crc32 as _C
 else:                    # none (the WebAssembly port): the tables in Python; the App says so at start
     _C = None
 _RESIDUE = const(0x2144DF1C)   # crc32(data + its CRC-32, little-endian): the same for any data

@@ -19,7 +19,13 @@
 # after a clock sync, never per record.
 import struct
 import time
+from array import array
 from mqb_codec import FULL
+
+if __import__("sys").implementation._mpy >> 10:   # the port runs machine code
+    from mqb_native import record as _P           # a record packed in place, ~9x faster
+else:                                             # (the WebAssembly port: struct.pack_into)
+    _P = None
 
 _VERSION = const(1)
 _KIND_SAMPLE = const(1)
@@ -194,22 +200,61 @@ class RecordWriter:
         self.seq = 0
         self.json = record_format == _FORMAT_JSON
         self.renew_boot = renew_boot
-        self._ok = None        # the last channel tuple that passed _check, for (n, kind):
-        self._ok_nk = -1       # its channel set is not checked again (values still are);
-                               # n << 8 | kind in one attribute (8 attributes: the smallest instance dict)
+        # per kind (sample, health), what the last _check of an immutable channel set (a
+        # tuple or bytes: a board's CHANNELS) passed: (the set, n << 8 | kind, the array("i")
+        # of values or None, the channels as bytes). The same set, n and kind skip the
+        # channel checks; that same array skips the value checks too, and is packed by
+        # mqb_native.record. One attribute (7 in all: the smallest instance dict).
+        self._ok = [(None, -1, None, None), (None, -1, None, None)]
 
-    def sample(self, channels, values, n=-1):
-        """Write a sample record (channels 1..6)."""
-        return self._write(_KIND_SAMPLE, channels, values, len(channels) if n < 0 else n)
+    def sample(self, channels, values, n=-1, kind=_KIND_SAMPLE):
+        """Write a sample record (channels 1..6). (kind: health()'s, so that a sample is
+        one Python call.)"""
+        if n < 0:
+            n = len(channels)
+        ok = self._ok[kind - 1]
+        if channels is not ok[0] or n << 8 | kind != ok[1] or n > len(values):
+            self._check(kind, channels, values, n)   # the channel set (cached if immutable), and sizes
+            ok = self._ok[kind - 1]
+        if values is not ok[2]:                   # the values, every record (unless an array("i"))
+            for i in range(n):
+                v = values[i]
+                if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
+                    self._bad_value(channels[i], v)
+        seq = self.seq
+        if seq > _SEQ_MAX:
+            seq = self._next_seq()
+        if self.json:
+            return self._write_json(kind, channels, values, n, seq)
+        enc = self.enc
+        pos = enc.reserve(HEADER_SIZE + READING_SIZE * n)
+        if pos == FULL:
+            return FULL
+        clock = self.clock
+        clock.now()
+        buf = enc.buf
+        if values is ok[2] and channels is ok[0] and _P is not None:   # array("i"), cached tuple: machine code
+            _P(buf, pos, kind | (_FLAG_SYNCED << 8 if clock.synced else 0), self.boot, seq, clock.s, clock.ms,
+               ok[3], values, n)
+        else:
+            struct.pack_into("<BBBBIIIH", buf, pos, _VERSION, kind, _FLAG_SYNCED if clock.synced else 0, n,
+                             self.boot, seq, clock.s, clock.ms)
+            pos += HEADER_SIZE
+            for i in range(n):
+                struct.pack_into("<Bi", buf, pos, channels[i], values[i])
+                pos += READING_SIZE
+        self.seq = seq + 1
+        return seq
 
     def health(self, channels, values, n=-1):
         """Write a health record (channels 0x80..0x87)."""
-        return self._write(_KIND_HEALTH, channels, values, len(channels) if n < 0 else n)
+        return self.sample(channels, values, n, _KIND_HEALTH)
 
     def _check(self, kind, chans, vals, n):
         """Raise unless chans[:n] is a valid channel set for kind and vals holds n
-        readings. A tuple of channels (a board's CHANNELS) is immutable: once it
-        passed, _write only re-checks the values for the same (tuple, n, kind)."""
+        readings. A tuple or bytes of channels (a board's CHANNELS; the App's bytes of
+        them) is immutable: once it passed, sample() checks only the values for the same
+        (set, n, kind), and not those either when they are in the same array("i")."""
         if not 0 <= n <= _MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
                              "hold them" % (n, _MAX_READINGS, len(chans), len(vals)))
@@ -225,9 +270,23 @@ class RecordWriter:
             if seen & bit:
                 raise ValueError("channel 0x%02x appears twice in one record" % c)
             seen |= bit
-        if type(chans) is tuple:
-            self._ok = chans
-            self._ok_nk = n << 8 | kind
+        if type(chans) is tuple or type(chans) is bytes:
+            # vals skips the value checks if it is an array of 4-byte signed ints (array("i"),
+            # or "l" on 32-bit ports): every item an i32 by its type. Probed once here
+            # (restored): 2**31 stored there reads back as -2**31. Allocates on 32-bit ports.
+            trusted = None
+            if type(vals) is array and len(vals):
+                v = vals[0]
+                try:
+                    vals[0] = 0x80000000
+                    if vals[0] == -0x80000000:
+                        trusted = vals
+                except (OverflowError, TypeError, ValueError):
+                    pass
+                finally:
+                    vals[0] = v
+            self._ok[kind - 1] = (chans, n << 8 | kind, trusted,
+                                  chans if type(chans) is bytes and n == len(chans) else bytes(chans[:n]))
 
     def _bad_value(self, c, v):
         if type(v) is not int:
@@ -243,34 +302,6 @@ class RecordWriter:
             self.boot = self.renew_boot()
             self.seq = 0
         return self.seq
-
-    def _write(self, kind, chans, vals, n):
-        if chans is not self._ok or n << 8 | kind != self._ok_nk or n > len(vals):
-            self._check(kind, chans, vals, n)      # the channel set (cached for a tuple), and sizes
-        for i in range(n):                         # the values, every record
-            v = vals[i]
-            if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
-                self._bad_value(chans[i], v)
-        seq = self.seq
-        if seq > _SEQ_MAX:
-            seq = self._next_seq()
-        if self.json:
-            return self._write_json(kind, chans, vals, n, seq)
-        enc = self.enc
-        pos = enc.reserve(HEADER_SIZE + READING_SIZE * n)
-        if pos == FULL:
-            return FULL
-        clock = self.clock
-        clock.now()
-        buf = enc.buf
-        struct.pack_into("<BBBBIIIH", buf, pos, _VERSION, kind, _FLAG_SYNCED if clock.synced else 0, n,
-                         self.boot, seq, clock.s, clock.ms)
-        pos += HEADER_SIZE
-        for i in range(n):
-            struct.pack_into("<Bi", buf, pos, chans[i], vals[i])
-            pos += READING_SIZE
-        self.seq = seq + 1
-        return seq
 
     def _write_json(self, kind, chans, vals, n, seq):
         # Allocates: the str, its parts and the encoded bytes (the cost of JSON).

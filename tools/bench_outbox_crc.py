@@ -4,7 +4,7 @@
 
 Timed: `Outbox.append(payload, 10)` of a `size`-byte payload (flushed to a file on the
 host, VfsPosix) and `Outbox.read(eid, dest)` of it with its CRC checked, n of each per
-run, µs per call. Paths: "native" (mqb_crc_native's machine code, what every port with
+run, µs per call. Paths: "native" (mqb_native's machine code, what every port with
 a native emitter runs: ESP32, RP2040, this Unix port), "tables" (mqb_outbox_format._C =
 None: the CRC-32 in 16-bit halves in Python, what a port without one runs, e.g. the
 WebAssembly port). --before DIR times a checkout's firmware as it is (e.g. one made with

@@ -21,11 +21,11 @@ MAX_LINES = 400
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS = [
-    ("pure codec", {"mqb_codec", "mqb_record", "mqb_hmac"}),
+    ("pure codec", {"mqb_native", "mqb_codec", "mqb_record", "mqb_hmac"}),
     ("MQTT packets", {"mqb_packet", "mqb_packet_build", "mqb_packet_e2e"}),
     ("transport", {"mqb_transport"}),  # sockets, TLS: the client drives one
     ("client/session", {"mqb_inflight", "mqb_client", "mqb_sub"}),
-    ("on-flash format", {"mqb_boot", "mqb_crc_native", "mqb_outbox_format"}),
+    ("on-flash format", {"mqb_boot", "mqb_outbox_format"}),
     ("outbox recovery", {"mqb_outbox_recover"}),
     ("outbox queue", {"mqb_outbox"}),
     ("board", {"mqb_board", "mqb_wifi"}),

@@ -813,7 +813,7 @@ _GOLD = {
 
 
 def _crc_paths():
-    """(name, value of mqb_outbox_format._C): the machine-code CRC (mqb_crc_native)
+    """(name, value of mqb_outbox_format._C): the machine-code CRC (mqb_native)
     where this port has a native emitter, and the tables in Python everywhere (the
     only path of a port without one, e.g. the WebAssembly port)."""
     import mqb_outbox_format as F
@@ -893,7 +893,7 @@ def test_no_allocation_per_batch_on_either_crc_path():
     nothing on either CRC path (the machine code, or the tables a port without a
     native emitter uses), on a 64-bit and a 32-bit port alike. The instrument: the
     same counter sees the memoryview binascii.crc32 would need for a read into a
-    larger buffer (the 64-bit path before mqb_crc_native)."""
+    larger buffer (the 64-bit path before mqb_native)."""
     import mqb_outbox_format as F
     from binascii import crc32
     saved = F._C

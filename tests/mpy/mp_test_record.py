@@ -6,7 +6,7 @@ import micropython
 from array import array
 from mqb_codec import BatchEncoder, FULL, RecordTooLarge, vbi_read, vbi_size
 from mqb_boot import BootCounter
-from mqb_record import RecordWriter, Readings, TickClock, port_epoch_to_2020
+from mqb_record import READING_SIZE, RecordWriter, Readings, TickClock, port_epoch_to_2020
 from outbox_util import TmpDir, alloc_over, str_raises
 
 # The record format's constants (docs/records.md), stated here independently of
@@ -169,6 +169,88 @@ def test_checks_hold_after_the_channel_layout_is_cached():
     assert w.seq == 4 and enc.count == 4                         # nothing written by the failures
 
 
+def test_values_of_an_i32_array_are_trusted_and_of_any_other_type_checked():
+    # An array whose type keeps every item an i32 int (array("i"), a board's values)
+    # skips the per-record value checks once its channel tuple passed; an array of any
+    # other type is checked every record like a list, cached tuple or not.
+    enc = BatchEncoder(bytearray(1024), headroom=32)
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=1)
+    c = (CH_TEMPERATURE, CH_HUMIDITY)
+    good = array("i", [-(1 << 31), (1 << 31) - 1])
+    assert w.sample(c, good) == 0 and w.sample(c, good) == 1
+    assert list(good) == [-(1 << 31), (1 << 31) - 1]             # the type probe left it as it was
+    pos = enc.end - READING_SIZE * 2
+    assert struct.unpack_from("<BiBi", enc.buf, pos) == (CH_TEMPERATURE, -(1 << 31), CH_HUMIDITY, (1 << 31) - 1)
+    for code, bad, exc, what in (("I", 1 << 31, ValueError, "i32"), ("q", 1 << 31, ValueError, "i32"),
+                                 ("q", -(1 << 31) - 1, ValueError, "i32"), ("f", 21.5, TypeError, "fixed-point")):
+        try:
+            vals = array(code, [1, bad])
+        except ValueError:
+            print("SKIP array(%r): not in this build" % code)
+            continue
+        for _ in range(2):                                         # first check, then the cached tuple
+            assert what in str_raises(exc, w.sample, c, vals), (code, bad)
+        w2 = RecordWriter(enc, clock, boot=1)                      # the same array on the first check
+        assert what in str_raises(exc, w2.sample, c, vals), (code, bad)
+    small = array("h", [1, -2])                                   # not 4-byte ints: checked, written
+    assert w.sample(c, small) == 2
+    assert w.seq == 3 and enc.count == 3                           # nothing written by the failures
+
+
+def test_machine_code_and_struct_write_the_same_bytes():
+    # mqb_native.record (an array("i") with a cached channel tuple, on ports that run
+    # machine code) against struct.pack_into (every other case, and ports that run none):
+    # the same records, byte for byte, over random headers and readings, both kinds, the
+    # i32 and u32 extremes, and a health record from a Readings list between samples
+    # that share one values array (the cached tuple's channels must not be reused there).
+    import mqb_record
+    if mqb_record._P is None:
+        assert not __import__("sys").implementation._mpy >> 10
+        print("SKIP machine-code records: this port runs no machine code (struct.pack_into only)")
+        return
+    sample_sets = ((1,), (2, 1), (1, 2, 3), (1, 2, 3, 4), (6, 5, 4, 3, 2), (1, 2, 3, 4, 5, 6), ())
+    x = 12345
+    got = {}
+    for path in ("native", "struct"):
+        saved = mqb_record._P
+        if path == "struct":
+            mqb_record._P = None
+        try:
+            enc = BatchEncoder(bytearray(8192), headroom=32, max_count=1000, max_payload_bytes=8000)
+            clock, ticks = _clock(s=0, ms=0)
+            w = RecordWriter(enc, clock, boot=0xFFFFFFFF)
+            vals = array("i", [0] * 8)
+            r = Readings()
+            y = x
+            for i in range(120):
+                y = (y * 1103515245 + 12345) & 0x7FFFFFFF
+                chans = sample_sets[i % len(sample_sets)]
+                for j in range(len(vals)):
+                    y = (y * 1103515245 + 12345) & 0x7FFFFFFF
+                    vals[j] = (-(1 << 31), (1 << 31) - 1, 0, -1)[j % 4] if i % 5 == 0 else (y << 1) - (1 << 31)
+                ticks.t += y % 5000
+                if i % 7 == 3:
+                    clock.set((1 << 30) - 1 - i, 999, i % 2)
+                if i == 60:
+                    w.seq = (1 << 30) - 61           # the last seq of a boot is written
+                if i % 3 == 1:
+                    chans = bytes(chans)            # as the App passes them (a new object: checked again)
+                if i % 11 == 5:                     # health from a Readings list, the same values array
+                    r.clear()
+                    for k in range(8):
+                        r.add(0x80 + k, vals[k % 8])
+                    w.health(r.channels, vals, 8)
+                else:
+                    w.sample(chans, vals, len(chans))
+            got[path] = _subs(enc)
+        finally:
+            mqb_record._P = saved
+    assert len(got["native"]) == 120
+    for i, (a, b) in enumerate(zip(got["native"], got["struct"])):
+        assert a == b, (i, a, b)
+
+
 def test_clock_advances_with_ticks_and_resyncs():
     clock, ticks = _clock(s=100, ms=0)
     ticks.t += 999
@@ -302,6 +384,48 @@ def test_10000_binary_records_allocate_nothing_gc_disabled():
     print("RECORD_ALLOC_BYTES binary: %d bytes over 10000 records (9000 samples x 3 readings, 1000 health x 4)" % n)
     assert n == 0, n
     assert w.seq == 10010
+
+
+def test_records_as_the_app_writes_them_are_checked_once_per_kind_and_allocate_nothing():
+    # The App passes bytes(board.CHANNELS) and an array("i") for samples, a bytes constant
+    # and another array("i") for health records, one health record now and then: each
+    # kind's channel set and array are checked once, then every record skips the checks
+    # (and, on a port that runs machine code, is packed by mqb_native.record).
+    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
+    clock = TickClock()
+    clock.set_from_rtc(True)
+    w = RecordWriter(enc, clock, boot=3)
+    channels = bytes(CHANNELS)
+    values = array("i", [2150, 4500, 3300])
+    hch = bytes(range(0x80, 0x88))
+    hvals = array("i", range(8))
+    checks = [0]
+    check = w._check
+
+    def counting(*a):
+        checks[0] += 1
+        return check(*a)
+
+    w._check = counting
+
+    def run(k):
+        i = 0
+        while i < k:
+            if enc.count == 100:
+                enc.reset()
+            if i % 10 == 9:
+                w.health(hch, hvals)
+            else:
+                w.sample(channels, values)
+            i += 1
+
+    run(20)
+    assert checks[0] == 2, checks                 # one per kind
+    n = alloc_over(1, lambda i: run(10000))
+    print("RECORD_ALLOC_BYTES as the App writes them: %d bytes over 10000 records (1 health in 10)" % n)
+    assert n == 0, n
+    assert checks[0] == 2, checks
+    assert w.seq == 10020
 
 
 def test_10000_binary_records_under_heap_lock():

@@ -63,7 +63,7 @@ def test_mpy_sizes_reads_every_module_and_refuses_a_damaged_file(tmp_path):
                 continue
             got = parse(data)
             assert got["bytecode"] and sum(got["bytecode"]) < path.stat().st_size, name
-    assert native == {"mqb_crc_native.mpy"}, native  # the one module of machine code (docs/outbox.md)
+    assert native == {"mqb_native.mpy"}, native  # the one module of machine code (docs/outbox.md)
     data = files["mqb_boot.mpy"].read_bytes()
     for bad in (data[:-3], data + b"\x00", b"M\x05" + data[2:], data[:40]):
         with pytest.raises(MpyError):
