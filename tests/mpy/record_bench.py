@@ -12,6 +12,11 @@
 #   app_parts_us_per_record: the same path by step (PARTS), us per record
 #   app_heap_bytes_per_batch: the same path by step with the GC disabled, heap bytes per
 #     100-record batch (gc.mem_alloc() around each step)
+#   lfs_*: the same path timed with the outbox on littlefs (os.VfsLfs2, the boards'
+#     filesystem) over lfs_flash.RAMFlash (a flash stand-in in Python, 64 x 4 KiB blocks):
+#     records per second, us per record by step, and the flash traffic per batch (bytes
+#     programmed, blocks erased). CPU only: a real flash adds its program and erase time.
+#     Its heap is not reported: the Python stand-in allocates where a board's C driver does not.
 # Usage: micropython record_bench.py HOST PORT CA|- BATCHES [OUTBOX_DIR]
 import gc
 import json
@@ -90,8 +95,10 @@ result = {
 }
 
 if len(sys.argv) > 5:
+    import os
     from mqb_codec import BatchEncoder
     from mqb_outbox import Outbox
+    from lfs_flash import RAMFlash, mount
 
     outbox = Outbox(sys.argv[5])
     out = BatchEncoder(bytearray(4096 + 80), headroom=80, max_count=PER_BATCH)
@@ -99,8 +106,8 @@ if len(sys.argv) > 5:
     seq = [0]
 
     def app_path(k, now, diff, acc):
-        """k batches of the app path; acc[i] += diff(end, start) of step i (PARTS), `now()` read
-        between the steps: time.ticks_us (us) or gc.mem_alloc (heap bytes, with the GC off)."""
+        """k batches of the app path through `outbox`; acc[i] += diff(end, start) of step i (PARTS),
+        `now()` read between the steps: time.ticks_us (us) or gc.mem_alloc (heap bytes, GC off)."""
         b = 0
         t0 = now()
         while b < k:  # each step from the previous one's end: together they cover the loop
@@ -133,13 +140,18 @@ if len(sys.argv) > 5:
             t0 = t6  # (this bookkeeping is measured with the next sample step: < 0.1 %, no heap)
             b += 1
 
-    parts = [0] * 6  # us per step, summed over the timed batches (PARTS)
-    app_path(5, time.ticks_us, time.ticks_diff, parts)  # warm-up
-    parts[:] = [0] * 6
-    t0 = time.ticks_us()
-    app_path(batches, time.ticks_us, time.ticks_diff, parts)
-    result["app_records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
-    result["app_parts_us_per_record"] = [[PARTS[i], parts[i] / (batches * PER_BATCH)] for i in range(len(PARTS))]
+    def timed(prefix):
+        """app_path over `batches` batches after a warm-up: records/s and us per record by step."""
+        parts = [0] * 6  # us per step, summed over the timed batches (PARTS)
+        app_path(5, time.ticks_us, time.ticks_diff, parts)  # warm-up
+        parts[:] = [0] * 6
+        t0 = time.ticks_us()
+        app_path(batches, time.ticks_us, time.ticks_diff, parts)
+        result[prefix + "records_per_s"] = batches * PER_BATCH * 1e6 / time.ticks_diff(time.ticks_us(), t0)
+        result[prefix + "parts_us_per_record"] = [[PARTS[i], parts[i] / (batches * PER_BATCH)]
+                                                  for i in range(len(PARTS))]
+
+    timed("app_")
 
     # the same path with the GC off: heap bytes each step allocates, per batch; over
     # ALLOC_BATCHES batches, so that the outbox opens and deletes segment files on the way
@@ -156,5 +168,18 @@ if len(sys.argv) > 5:
     gc.enable()
     result["app_heap_bytes_per_batch"] = [[PARTS[i], heap[i] / ALLOC_BATCHES] for i in range(len(PARTS))]
     outbox.close()
+
+    # the same path, the outbox on littlefs (the boards' filesystem) over a RAM flash stand-in
+    flash = RAMFlash(4096, 64)
+    os.VfsLfs2.mkfs(flash)
+    mount(flash, "/bench_flash")
+    outbox = Outbox("/bench_flash/outbox")
+    ops = (flash.prog_bytes, flash.erases)
+    timed("lfs_")
+    n = batches + 5
+    result["lfs_flash_per_batch"] = {"bytes_programmed": (flash.prog_bytes - ops[0]) / n,
+                                     "blocks_erased": (flash.erases - ops[1]) / n}
+    outbox.close()
+    os.umount("/bench_flash")
 client.disconnect()
 print(json.dumps(result))

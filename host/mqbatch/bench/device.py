@@ -5,6 +5,10 @@ Per run it prints the median [min-max] of:
   - RecordWriter.sample (4 channels, 38-byte record): us per record, heap bytes per record;
   - publish_batch of a 100-record batch: us per batch and per record;
   - sample -> encoder -> client at QoS 1 (fill 100 records, publish, flush): records/s;
+  - the app's per-record path (sample, outbox append, read back, PUBLISH, PUBACK, outbox
+    ack): records/s, us per record by step, heap bytes by step (GC off); the outbox on the
+    host filesystem (VfsPosix, flush = fsync), then timed again on littlefs over a RAM flash
+    stand-in (the boards' filesystem; CPU only) with the flash traffic per batch;
   - QoS 1, one prebuilt batch of 100 x 24-byte records published again and again:
     stop-and-wait through flush() (Transport.wait) vs a busy loop on service(), PUBLISH/s
     (stored x 100 as "records/s": record slots on the wire, no record sampled, stored in
@@ -96,6 +100,11 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
         # by step, in the script's order (tests/mpy/record_bench.py PARTS)
         "app_parts": _by_step(runs, "app_parts_us_per_record"),  # us per record
         "app_heap": _by_step(runs, "app_heap_bytes_per_batch"),  # heap bytes per 100-record batch, GC off
+        # the same path with the outbox on littlefs over a RAM flash stand-in (the boards' filesystem)
+        "lfs_path": [r["rec"]["lfs_records_per_s"] for r in runs],
+        "lfs_parts": _by_step(runs, "lfs_parts_us_per_record"),
+        "lfs_programmed": [r["rec"]["lfs_flash_per_batch"]["bytes_programmed"] for r in runs],
+        "lfs_erased": [r["rec"]["lfs_flash_per_batch"]["blocks_erased"] for r in runs],
         "wait": [r["wait"]["publishes_per_s"] * 100 for r in runs],
         "busy": [r["busy"]["publishes_per_s"] * 100 for r in runs],
     }
@@ -122,6 +131,15 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
         f"  the same path's heap, GC off: {spread(fig['app_heap_per_record'], '.2f')} bytes/record = "
         f"{spread(per_batch, ',.0f')} bytes per 100-record batch, by step (bytes/batch): "
         + "; ".join(f"{k} {spread(v, ',.0f')}" for k, v in fig["app_heap"].items())
+    )
+    print(
+        "  the same path, the outbox on littlefs (os.VfsLfs2, the boards' filesystem) over a RAM flash "
+        "stand-in in Python (CPU time only: a real flash adds its program and erase time): "
+        f"{spread(fig['lfs_path'], ',.0f')} records/s = {spread([1e6 / r for r in fig['lfs_path']], '.1f')} "
+        "us/record, by step (us/record): "
+        + "; ".join(f"{k} {spread(v, '.2f')}" for k, v in fig["lfs_parts"].items())
+        + f"; flash per 100-record batch: {spread(fig['lfs_programmed'], ',.0f')} bytes programmed, "
+        f"{spread(fig['lfs_erased'], '.2f')} blocks (4 KiB) erased"
     )
     print(
         "  QoS 1, ONE prebuilt batch (100 x 24 B) republished, no record sampled, stored or encoded "
@@ -169,6 +187,11 @@ def bench_device(args: argparse.Namespace) -> int:
             f"  us per sample: {spread([a / b for a, b in zip(new['us_per_sample'], old['us_per_sample'])], '.2f')}; "
             f"stop-and-wait records/s: {spread([a / b for a, b in zip(new['wait'], old['wait'])], '.2f')}; "
             f"sample -> client records/s: {spread([a / b for a, b in zip(new['pipeline'], old['pipeline'])], '.2f')}"
+        )
+        print(
+            "  the app's per-record path, us per record: outbox on the host filesystem "
+            f"{spread([b / a for a, b in zip(new['app_path'], old['app_path'])], '.2f')}; on littlefs "
+            f"{spread([b / a for a, b in zip(new['lfs_path'], old['lfs_path'])], '.2f')}"
         )
     return 0
 
