@@ -198,9 +198,6 @@ class App(Session, F.Sampling):
             B.batch_seq = mqb_e2e.init(self.client, self.topic, e2e, self.outbox, self.count, F.log).seq
         F.log("boot %d, device %s, outbox %d entries (%d records) pending" % (
             self.boot, dev, self.outbox.depth, self.outbox.pending_records))
-        if "mqb_native" not in __import__("sys").modules:   # mqb_outbox_format's fallback (docs/outbox.md)
-            F.log("outbox CRC-32 in Python tables: this port runs no machine code (mqb_native); "
-                  "each batch's CRCs cost ~250x more CPU")
         for reason, first, end, n in self.outbox.damage:   # flash rot found on open (docs/outbox.md)
             if n < 0:
                 F.log("outbox segment %08x unreadable (%s): its entries are lost, not counted" % (first, reason))

@@ -12,7 +12,10 @@
 # Ports with a native arch compile it: ESP32 (xtensawin), RP2040 (armv6m), the Unix
 # port (x64, arm). mpy-cross needs -march for the board (boards/*/deploy.json). A port
 # without one (sys.implementation._mpy >> 10 == 0: the WebAssembly port) never imports
-# it: mqb_outbox_format and mqb_record then do the same in Python.
+# it: mqb_outbox_format and mqb_record then do the same in Python. Each importer checks
+# its function once against a known answer and falls back to Python if it is wrong
+# (and says so): the tests run this machine code on the 64-bit Unix port only; the
+# 32-bit builds compile with mpy-cross here but run only on a board.
 #
 # Heap: the machine code of two functions (the .mpy is about 1.5 KB for armv6m) when it
 # is compiled from source or loaded from a .mpy on a filesystem; none when frozen.
@@ -31,13 +34,14 @@ def crc32(buf, n: int, out, p: int, store: int, lo, hi) -> int:
     o = ptr8(out)
     tl = ptr8(lo)
     th = ptr8(hi)
-    c = uint(0xFFFFFFFF)
+    m = uint(0xFFFF) << 16 | uint(0xFFFF)   # 0xFFFFFFFF from small ints (a long int on 32-bit ports)
+    c = m
     i = 0
     while i < n:
         k = ((c ^ uint(b[i])) & 0xFF) << 1
         c = (c >> 8) ^ (uint(tl[k]) | uint(tl[k + 1]) << 8 | uint(th[k]) << 16 | uint(th[k + 1]) << 24)
         i += 1
-    c = c ^ uint(0xFFFFFFFF)
+    c = c ^ m
     if store:
         o[p] = c
         o[p + 1] = c >> 8

@@ -88,8 +88,13 @@ _CRC_HI = const(
     b"\x0b\xb4\x0c\xc3\x05\x5a\x02\x2d")
 if __import__("sys").implementation._mpy >> 10:   # the port's native arch: it runs machine code
     from mqb_native import crc32 as _C
-else:                    # none (the WebAssembly port): the tables in Python; the App says so at start
+    # checked once: the CRC-32 of b"123456789" is 0xCBF43926 (0 B: compare mode)
+    if _C(b"123456789", 9, b"\x26\x39\xf4\xcb", 0, 0, _CRC_LO, _CRC_HI) != 1:
+        _C = None
+        print("mqb: outbox CRC-32: mqb_native's machine code failed its check on this port: Python tables")
+else:                    # none (the WebAssembly port): the tables in Python (~250x slower)
     _C = None
+    print("mqb: outbox CRC-32 in Python tables: this port runs no machine code")
 _RESIDUE = const(0x2144DF1C)   # crc32(data + its CRC-32, little-endian): the same for any data
 
 

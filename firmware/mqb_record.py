@@ -24,6 +24,12 @@ from mqb_codec import FULL
 
 if __import__("sys").implementation._mpy >> 10:   # the port runs machine code
     from mqb_native import record as _P           # a record packed in place, ~9x faster
+    _b = bytearray(23)                            # checked once against a known record
+    _P(_b, 0, 0x0102, 0x81020304, 5, 6, 7, b"\x03", array("i", [-2]), 1)
+    if _b != b"\x01\x02\x01\x01\x04\x03\x02\x81\x05\x00\x00\x00\x06\x00\x00\x00\x07\x00\x03\xfe\xff\xff\xff":
+        _P = None
+        print("mqb: records: mqb_native's machine code failed its check on this port: struct.pack_into")
+    del _b
 else:                                             # (the WebAssembly port: struct.pack_into)
     _P = None
 
