@@ -12,10 +12,11 @@
 # Ports with a native arch compile it: ESP32 (xtensawin), RP2040 (armv6m), the Unix
 # port (x64, arm). mpy-cross needs -march for the board (boards/*/deploy.json). A port
 # without one (sys.implementation._mpy >> 10 == 0: the WebAssembly port) never imports
-# it: mqb_outbox_format and mqb_record then do the same in Python. Each importer checks
-# its function once against a known answer and falls back to Python if it is wrong
-# (and says so): the tests run this machine code on the 64-bit Unix port only; the
-# 32-bit builds compile with mpy-cross here but run only on a board.
+# it: mqb_outbox_format and mqb_record then do the same in Python. Their users check
+# each function against a known answer (Outbox(): crc32; mqb_record at import: record)
+# and fall back to Python if it is wrong (and say so): the tests run this machine code
+# on the 64-bit Unix port only; the 32-bit builds compile with mpy-cross here but run
+# only on a board.
 #
 # Heap: the machine code of two functions (the .mpy is about 1.5 KB for armv6m) when it
 # is compiled from source or loaded from a .mpy on a filesystem; none when frozen.

@@ -83,6 +83,7 @@ class Outbox:
         self._rf = F._OpenFile()                # reader of an older segment
         self._af = F._OpenFile()                # appender of an ack file
         self._hdr = bytearray(F.ENTRY_HEADER_SIZE)
+        F._native_check(self._hdr)
         self._next_id = 0
         self._next_sno = 0
         self.depth = 0              # pending entries

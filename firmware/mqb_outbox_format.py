@@ -87,11 +87,7 @@ _CRC_HI = const(
     b"\xbd\xbd\xba\xca\xb3\x53\xb4\x24\xd0\xba\xd7\xcd\xde\x54\xd9\x23\x66\xb3\x61\xc4\x68\x5d\x6f\x2a"
     b"\x0b\xb4\x0c\xc3\x05\x5a\x02\x2d")
 if __import__("sys").implementation._mpy >> 10:   # the port's native arch: it runs machine code
-    from mqb_native import crc32 as _C
-    # checked once: the CRC-32 of b"123456789" is 0xCBF43926 (0 B: compare mode)
-    if _C(b"123456789", 9, b"\x26\x39\xf4\xcb", 0, 0, _CRC_LO, _CRC_HI) != 1:
-        _C = None
-        print("mqb: outbox CRC-32: mqb_native's machine code failed its check on this port: Python tables")
+    from mqb_native import crc32 as _C             # checked by Outbox() (_native_check)
 else:                    # none (the WebAssembly port): the tables in Python (~250x slower)
     _C = None
     print("mqb: outbox CRC-32 in Python tables: this port runs no machine code")
@@ -117,6 +113,19 @@ def _crc(buf, n, out, p, store):
         out[p + 3] = hi >> 8
         return True
     return out[p] | out[p + 1] << 8 == lo and out[p + 2] | out[p + 3] << 8 == hi
+
+
+def _native_check(scratch):
+    """Check mqb_native's CRC-32 once per Outbox() against a known answer: that of _CRC_LO
+    (512 bytes) is 0x186C6C46, a small int on every port, stored in scratch[0:4] (the
+    outbox's header buffer): no allocation, no constant object among a 64 KB heap's
+    imports. If it is wrong, the tables from now on, and one line says so."""
+    global _C
+    if _C is not None:
+        _C(_CRC_LO, 512, scratch, 0, 1, _CRC_LO, _CRC_HI)
+        if _u32(scratch, 0) != 0x186C6C46:
+            _C = None
+            print("mqb: outbox CRC-32: mqb_native's machine code failed its check on this port: Python tables")
 
 
 def _u32(b, p):

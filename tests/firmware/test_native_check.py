@@ -1,6 +1,5 @@
-"""mqb_native's machine code is checked once against a known answer by each module that
-imports it (mqb_outbox_format: a CRC-32, mqb_record: a record); a wrong answer falls back
-to Python and says so. The tests run the machine code on the 64-bit Unix port only, so
+"""mqb_native's machine code is checked against a known answer by its users (Outbox(): a
+CRC-32, mqb_record at import: a record); a wrong answer falls back to Python and says so. The tests run the machine code on the 64-bit Unix port only, so
 this guard is what stands between a 32-bit emitter's surprise and the data: here an
 mqb_native that computes wrong results stands in for one."""
 
@@ -29,6 +28,8 @@ READINGS = "b'\\x01\\xfd\\xff\\xff\\xff\\x02\\x04\\x00\\x00\\x00'"
 SCRIPT = """
 import mqb_outbox_format as F
 import mqb_record as R
+from mqb_outbox import Outbox
+Outbox("ob").close()          # Outbox() checks the CRC-32 (mqb_outbox_format._native_check)
 from array import array
 from binascii import crc32
 from mqb_codec import BatchEncoder
@@ -47,7 +48,7 @@ def _run(tmp_path, wrong: bool):
     if wrong:
         (tmp_path / "mqb_native.py").write_text(WRONG)
     (tmp_path / "check.py").write_text(SCRIPT)
-    proc = run_mpy(tmp_path / "check.py", extra_path=[tmp_path] if wrong else [])
+    proc = run_mpy(tmp_path / "check.py", extra_path=[tmp_path] if wrong else [], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
