@@ -27,7 +27,6 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the reference subscriber of the tests
 
-from mqbatch.lab.devices import Fleet  # noqa: E402
 from mqbatch.lab.stack import RECORDER_CLIENT_ID, LocalStack  # noqa: E402
 from mqbatch.scenarios.netcut import Relay  # noqa: E402
 from mqbatch.wire import (
@@ -94,15 +93,7 @@ def main(argv=None) -> int:
         "health_every_s": 10,
         "backoff": {"initial_ms": 500, "max_ms": 5000},
     }
-    fleet = Fleet(
-        run_dir / "fleet",
-        relay.host,
-        relay.port,
-        credentials=stack.credentials,
-        ca=stack.ca_cert,
-        heapsize=a.heapsize,
-        config=cfg,
-    )
+    fleet = stack.fleet(run_dir / "fleet", relay.host, relay.port, signed=False, heapsize=a.heapsize, config=cfg)
     events = sorted(
         [(a.outage_at, "broker stop"), (a.outage_at + a.outage_s, "broker start")]
         + ([(a.cut_at, "cut"), (a.cut_at + a.cut_s, "restore")] if a.cut_at >= 0 else [])

@@ -40,6 +40,11 @@ def test_bench_device_quick_prints_every_figure(bench_all_quick):
             "records/s",
         ),
         ("flash per 100-record batch:", "bytes programmed"),
+        (
+            "the App itself (firmware/main.py in a virtual device, heap 96K): 1,000 samples/s of 4 channels "
+            "into 100-record batches, outbox, TLS, QoS 1, batch-hmac, health records, no e2e acks:",
+            "us of process CPU per stored record",
+        ),
     ):
         assert re.search(re.escape(label) + " " + NUMBER + (" " + re.escape(unit) if unit else ""), out), (
             f"no figure for {label!r} in:\n{out}"
@@ -77,3 +82,30 @@ def test_the_app_paths_heap_is_measured_by_step_and_sees_what_allocates(bench_al
     assert all(v > 0 for v in heap["append+fsync"]), heap
     for run, per_record in enumerate(fig["app_heap_per_record"]):
         assert per_record * 100 == pytest.approx(sum(v[run] for v in heap.values()))
+
+
+def test_the_apps_cpu_instrument_counts_records_and_cpu_and_nothing_else():
+    """The App's figure is CPU seconds of its process (/proc) over the records its MQB-STORED
+    lines report: a torn or foreign line must not count, and CPU spent must show."""
+    import os
+
+    from mqbatch.bench.device import _cpu_s, _stored_records
+
+    console = "\n".join(
+        [
+            "MQB-STORED 0 1 0 99",
+            "mqb: connected",
+            "MQB-STORED 1 1 100 199",
+            "MQB-STORED 2 1 200",  # torn by a kill
+            "MQB-STORED 3 1 300 2",  # last below first: not a batch
+            "xMQB-STORED 4 1 0 9",
+            "MQB-STORED 5 1 300 349",
+        ]
+    )
+    assert _stored_records(console) == 250
+    before = _cpu_s(os.getpid())
+    x = 0
+    for i in range(3_000_000):
+        x += i
+    after = _cpu_s(os.getpid())
+    assert sum(after) - sum(before) > 0.02 and after[0] > before[0], (before, after)

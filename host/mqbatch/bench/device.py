@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import subprocess
 import tempfile
 import threading
+import time
 
 from mqbatch.util.paths import micropython_env, micropython_exe
 
@@ -151,6 +153,74 @@ def _report(label: str, runs: list[dict]) -> dict[str, list[float]]:
     return fig
 
 
+APP_DEVICE = "bench-dev-1"
+# the App as `mqbatch fleet` provisions a device (TLS, password, batch-hmac signing), at the
+# firmware's highest sample rate; e2e acks off (they need a recorder) and PUBACK 0x10 (no
+# subscriber) taken as delivered: nothing subscribes in this bench
+APP_CONFIG = {
+    "sample_hz": 1000,
+    "require_subscribers": False,
+    "health_every_s": 10,
+    "flush": {"max_count": 100, "max_bytes": 4096},  # 100-record batches, as the app path above
+}
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user, system) the process has used so far (/proc/PID/stat)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _stored_records(console: str) -> int:
+    """Records the device reported on flash so far (its MQB-STORED lines: eid boot first last)."""
+    n = 0
+    for line in console.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "MQB-STORED" and all(p.isdigit() for p in parts[1:]):
+            first, last = int(parts[3]), int(parts[4])
+            if last >= first:  # a line torn by a kill, or not the device's: not counted
+                n += last - first + 1
+    return n
+
+
+def _app_cpu(tmp: pathlib.Path, seconds: float, window_s: float) -> list[tuple[float, float]]:
+    """The App itself (firmware/main.py in a virtual device, mqbatch.lab.devices) sampling at
+    1,000 Hz into its outbox and publishing to a Mosquitto over TLS: its process's CPU time
+    per stored record, (user, system) us, one pair per window of window_s seconds after a
+    warm-up window."""
+    from mqbatch.lab.stack import LocalStack
+
+    stack = LocalStack(tmp / "stack", [APP_DEVICE])
+    broker = stack.broker.start()
+    try:
+        fleet = stack.fleet(tmp / "devices", broker.host, broker.port, config=dict(APP_CONFIG, run_for_s=seconds))
+        with fleet:
+            proc = fleet.start_device(APP_DEVICE)
+            deadline = time.monotonic() + 60
+            while not _stored_records(fleet.console(APP_DEVICE)):  # connected and sampling
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the App stored nothing:\n{fleet.console(APP_DEVICE)[-2000:]}")
+                time.sleep(0.1)
+            time.sleep(window_s)  # warm-up
+            figures = []
+            cpu, n = _cpu_s(proc.pid), _stored_records(fleet.console(APP_DEVICE))
+            for _ in range(max(1, int(seconds / window_s) - 2)):
+                time.sleep(window_s)
+                if proc.poll() is not None:
+                    break
+                cpu2, n2 = _cpu_s(proc.pid), _stored_records(fleet.console(APP_DEVICE))
+                if n2 > n:
+                    figures.append(tuple((b - a) * 1e6 / (n2 - n) for a, b in zip(cpu, cpu2)))
+                cpu, n = cpu2, n2
+            fleet.wait(seconds + 120)
+            if not figures:
+                raise RuntimeError(f"the App stopped before a window ended:\n{fleet.console(APP_DEVICE)[-2000:]}")
+            return figures
+    finally:
+        broker.stop()
+
+
 def bench_device(args: argparse.Namespace) -> int:
     from mqbatch.fleet.pki import make_pki
     from mqbatch.lab.broker import Mosquitto
@@ -172,11 +242,26 @@ def bench_device(args: argparse.Namespace) -> int:
                     results[name].append(_one_run(broker, str(pki.ca.cert_der), batches, publishes, extra))
         finally:
             broker.stop()
+    app_s, window_s = (8.0, 2.0) if args.quick else (args.app_seconds, 5.0)
+    with tempfile.TemporaryDirectory(prefix="mqbatch-bench-app-") as t:
+        app_cpu = _app_cpu(pathlib.Path(t), app_s, window_s)
     print(
         f"device pipeline, MicroPython Unix port, Mosquitto over TLS on {broker.host}; {runs} run(s), "
         f"median [min..max]{' (--quick: one short run, a smoke test, not a measurement)' if args.quick else ''}"
     )
     figs = {name: _report(f"modules from {name}:", rs) for name, rs in results.items()}
+    from mqbatch.lab.devices import DEFAULT_HEAP
+
+    total = [u + k for u, k in app_cpu]
+    figs["firmware/"]["app_cpu"] = total  # us per record, user + system, one per window
+    figs["firmware/"]["app_cpu_user_system"] = app_cpu
+    print(
+        "the App itself (firmware/main.py in a virtual device, heap "
+        f"{DEFAULT_HEAP}): 1,000 samples/s of 4 channels into 100-record batches, outbox, TLS, QoS 1, "
+        f"batch-hmac, health records, no e2e acks: {spread(total, '.1f')} us of process CPU per stored "
+        f"record (user {spread([u for u, _ in app_cpu], '.1f')}, system {spread([k for _, k in app_cpu], '.1f')}; "
+        f"{len(total)} windows of {window_s:g} s)"
+    )
     from mqbatch.bench.out import write_result
 
     write_result(args, "device", {"runs": runs, "batches": batches, "publishes": publishes, "variants": figs})
@@ -206,5 +291,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="also measure the mqb_* modules in this directory (e.g. an older commit's: "
         "`git archive REV firmware | tar -x -C DIR`, then DIR/firmware), runs interleaved",
+    )
+    p.add_argument(
+        "--app-seconds",
+        type=float,
+        default=40.0,
+        help="how long the App itself runs (default 40; measured in 5-s windows after a warm-up)",
     )
     p.add_argument("--quick", action="store_true", help="one short run (seconds): a smoke test for CI")

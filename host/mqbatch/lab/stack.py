@@ -23,12 +23,16 @@ from __future__ import annotations
 import os
 import pathlib
 import secrets
+from typing import TYPE_CHECKING
 
 from mqbatch.fleet.brokerconf import LIMITS, RECORDER, RECORDER_CLIENT_ID, Limits, Policy  # noqa: F401 (re-exported)
 from mqbatch.fleet.pki import make_pki
 from mqbatch.lab.broker import Mosquitto
 from mqbatch.util.private import private_dir
 from mqbatch.wire.integrity import HMAC_KEY_BYTES, write_hmac_keys  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    from mqbatch.lab.devices import Fleet
 
 BASELINE = "baseline"  # the umqtt.simple comparison client (mqbatch.scenarios.baseline)
 
@@ -75,3 +79,12 @@ class LocalStack:
     @property
     def ca_cert(self) -> pathlib.Path:
         return self.pki.ca_cert
+
+    def fleet(self, run_dir: os.PathLike | str, host: str, port: int, *, signed: bool = True, **options) -> "Fleet":
+        """Virtual devices (mqbatch.lab.devices.Fleet) with this stack's accounts and CA,
+        connecting to host:port (the broker, or a relay in front of it); signed: with their
+        batch-hmac keys, as `mqbatch fleet` provisions them. options: Fleet's (config, heapsize)."""
+        from mqbatch.lab.devices import Fleet
+
+        keys = self.hmac_keys if signed else None
+        return Fleet(run_dir, host, port, credentials=self.credentials, ca=self.ca_cert, hmac_keys=keys, **options)

@@ -166,15 +166,8 @@ class Demo:
             cfg = dict(DEVICE_CONFIG, sample_hz=o.sample_hz, run_for_s=o.duration, drain_timeout_s=o.drain_timeout)
             self.say("    compiling the firmware (mpy-cross) into one ROMFS image, writing each device's flash")
             t = time.monotonic()
-            self.fleet = Fleet(
-                o.run_dir / "devices",
-                self.relay.host,
-                self.relay.port,
-                credentials=self.stack.credentials,
-                ca=self.stack.ca_cert,
-                heapsize=o.heapsize,
-                config=cfg,
-                hmac_keys=self.stack.hmac_keys,
+            self.fleet = self.stack.fleet(
+                o.run_dir / "devices", self.relay.host, self.relay.port, heapsize=o.heapsize, config=cfg
             )
             self.say(f"    firmware ready ({time.monotonic() - t:.1f} s); starting {len(ids)} device processes")
             self.run_start, self.run_start_wall = time.monotonic(), time.time()
