@@ -86,11 +86,12 @@ _CRC_HI = const(
     b"\x67\xa7\x60\xd0\x69\x49\x6e\x3e\xd1\xae\xd6\xd9\xdf\x40\xd8\x37\xbc\xa9\xbb\xde\xb2\x47\xb5\x30"
     b"\xbd\xbd\xba\xca\xb3\x53\xb4\x24\xd0\xba\xd7\xcd\xde\x54\xd9\x23\x66\xb3\x61\xc4\x68\x5d\x6f\x2a"
     b"\x0b\xb4\x0c\xc3\x05\x5a\x02\x2d")
+_C = None                # the tables in Python (~250x slower), unless:
 if __import__("sys").implementation._mpy >> 10:   # the port's native arch: it runs machine code
-    from mqb_native import crc32 as _C             # checked by Outbox() (_native_check)
-else:                    # none (the WebAssembly port): the tables in Python (~250x slower)
-    _C = None
-    print("mqb: outbox CRC-32 in Python tables: this port runs no machine code")
+    try:
+        from mqb_native import crc32 as _C         # checked by Outbox() (_native_check)
+    except (ImportError, ValueError, MemoryError):   # not deployed, a .mpy of another arch or
+        pass                                       # version: the tables (mqb_app logs it)
 _RESIDUE = const(0x2144DF1C)   # crc32(data + its CRC-32, little-endian): the same for any data
 
 
@@ -118,12 +119,15 @@ def _crc(buf, n, out, p, store):
 def _native_check(scratch):
     """Check mqb_native's CRC-32 once per Outbox() against a known answer: that of _CRC_LO
     (512 bytes) is 0x186C6C46, a small int on every port, stored in scratch[0:4] (the
-    outbox's header buffer): no allocation, no constant object among a 64 KB heap's
-    imports. If it is wrong, the tables from now on, and one line says so."""
+    outbox's header buffer), then compared there, and compared again one bit off: no
+    allocation, no constant object among a 64 KB heap's imports. If it is wrong, the
+    tables from now on, and one line says so."""
     global _C
     if _C is not None:
-        _C(_CRC_LO, 512, scratch, 0, 1, _CRC_LO, _CRC_HI)
-        if _u32(scratch, 0) != 0x186C6C46:
+        _C(_CRC_LO, 512, scratch, 0, 1, _CRC_LO, _CRC_HI)          # store mode
+        ok = _u32(scratch, 0) == 0x186C6C46 and _C(_CRC_LO, 512, scratch, 0, 0, _CRC_LO, _CRC_HI) == 1
+        scratch[3] ^= 0x40                                          # compare mode, one bit off
+        if not ok or _C(_CRC_LO, 512, scratch, 0, 0, _CRC_LO, _CRC_HI) != 0:
             _C = None
             print("mqb: outbox CRC-32: mqb_native's machine code failed its check on this port: Python tables")
 

@@ -1,7 +1,8 @@
 # mqb_record: telemetry records (docs/records.md) written straight into a BatchEncoder.
 #
 # Binary record v1 (the default) is serialised in place with enc.reserve(n) and
-# struct.pack_into: once the objects exist, writing a record allocates nothing
+# mqb_native.record (machine code, for an array("i") of values and a remembered channel
+# set) or struct.pack_into: once the objects exist, writing a record allocates nothing
 # (tests/mpy/mp_test_record.py measures it with the GC disabled and runs it under
 # micropython.heap_lock()). The JSON record option builds a str per record: it
 # allocates, which is the documented cost of choosing JSON.
@@ -22,16 +23,20 @@ import time
 from array import array
 from mqb_codec import FULL
 
+_P = None                                         # struct.pack_into (the WebAssembly port)
 if __import__("sys").implementation._mpy >> 10:   # the port runs machine code
-    from mqb_native import record as _P           # a record packed in place, ~9x faster
-    _b = bytearray(23)                            # checked once against a known record
-    _P(_b, 0, 0x0102, 0x81020304, 5, 6, 7, b"\x03", array("i", [-2]), 1)
-    if _b != b"\x01\x02\x01\x01\x04\x03\x02\x81\x05\x00\x00\x00\x06\x00\x00\x00\x07\x00\x03\xfe\xff\xff\xff":
-        _P = None
-        print("mqb: records: mqb_native's machine code failed its check on this port: struct.pack_into")
-    del _b
-else:                                             # (the WebAssembly port: struct.pack_into)
-    _P = None
+    try:
+        from mqb_native import record as _P       # a record packed in place, ~9x faster
+    except (ImportError, ValueError, MemoryError):   # not deployed, a .mpy of another arch or
+        pass                                      # version: struct.pack_into (mqb_app logs it)
+    if _P is not None:                            # checked once against a known record
+        _b = bytearray(29)
+        _P(_b, 1, 0x0102, 0x81020304, 5, 6, 7, b"\x03\x01", array("i", [-2, 0x12345678]), 2)
+        if _b != (b"\x00\x01\x02\x01\x02\x04\x03\x02\x81\x05\x00\x00\x00\x06\x00\x00\x00\x07\x00"
+                  b"\x03\xfe\xff\xff\xff\x01\x78\x56\x34\x12"):
+            _P = None
+            print("mqb: records: mqb_native's machine code failed its check on this port: struct.pack_into")
+        del _b
 
 _VERSION = const(1)
 _KIND_SAMPLE = const(1)
@@ -206,24 +211,29 @@ class RecordWriter:
         self.seq = 0
         self.json = record_format == _FORMAT_JSON
         self.renew_boot = renew_boot
-        # per kind (sample, health), what the last _check of an immutable channel set (a
-        # tuple or bytes: a board's CHANNELS) passed: (the set, n << 8 | kind, the array("i")
-        # of values or None, the channels as bytes). The same set, n and kind skip the
-        # channel checks; that same array skips the value checks too, and is packed by
-        # mqb_native.record. One attribute (7 in all: the smallest instance dict).
-        self._ok = [(None, -1, None, None), (None, -1, None, None)]
+        # per kind (sample, health: None until then), the first immutable channel set (a tuple or bytes: a
+        # board's CHANNELS) that passed _check: (the set, n << 8 | kind, the array("i") of
+        # values or None, the channels as bytes). The same set, n and kind skip the channel
+        # checks; that same array skips the value checks too and is packed in machine code
+        # (mqb_native.record). Kept once made: other sets and other n are checked on every
+        # record, as lists are, and allocate nothing. One attribute (7 in all: the smallest
+        # instance dict).
+        self._ok = [None, None]
 
-    def sample(self, channels, values, n=-1, kind=_KIND_SAMPLE):
-        """Write a sample record (channels 1..6). (kind: health()'s, so that a sample is
+    def sample(self, channels, values, n=-1, _kind=_KIND_SAMPLE):
+        """Write a sample record (channels 1..6). (_kind: health()'s, so that a sample is
         one Python call.)"""
+        kind = _kind
         if n < 0:
             n = len(channels)
         ok = self._ok[kind - 1]
-        if channels is not ok[0] or n << 8 | kind != ok[1] or n > len(values):
-            self._check(kind, channels, values, n)   # the channel set (cached if immutable), and sizes
+        hit = ok is not None and channels is ok[0] and n << 8 | kind == ok[1]
+        if not hit or n > len(values):
+            self._check(kind, channels, values, n)   # the channel set, and sizes
             ok = self._ok[kind - 1]
-        if values is not ok[2]:                   # the values, every record (unless an array("i"))
-            for i in range(n):
+            hit = ok is not None and channels is ok[0] and n << 8 | kind == ok[1]
+        if not hit or values is not ok[2]:
+            for i in range(n):                    # the values, every record (unless cached array("i"))
                 v = values[i]
                 if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
                     self._bad_value(channels[i], v)
@@ -239,9 +249,9 @@ class RecordWriter:
         clock = self.clock
         clock.now()
         buf = enc.buf
-        if values is ok[2] and channels is ok[0] and _P is not None:   # array("i"), cached tuple: machine code
+        if hit and values is ok[2] and _P is not None:
             _P(buf, pos, kind | (_FLAG_SYNCED << 8 if clock.synced else 0), self.boot, seq, clock.s, clock.ms,
-               ok[3], values, n)
+               ok[3], values, n)                  # array("i"), the cached set: machine code
         else:
             struct.pack_into("<BBBBIIIH", buf, pos, _VERSION, kind, _FLAG_SYNCED if clock.synced else 0, n,
                              self.boot, seq, clock.s, clock.ms)
@@ -276,7 +286,7 @@ class RecordWriter:
             if seen & bit:
                 raise ValueError("channel 0x%02x appears twice in one record" % c)
             seen |= bit
-        if type(chans) is tuple or type(chans) is bytes:
+        if (type(chans) is tuple or type(chans) is bytes) and self._ok[kind - 1] is None:
             # vals skips the value checks if it is an array of 4-byte signed ints (array("i"),
             # or "l" on 32-bit ports): every item an i32 by its type. Probed once here
             # (restored): 2**31 stored there reads back as -2**31. Allocates on 32-bit ports.
@@ -291,8 +301,7 @@ class RecordWriter:
                     pass
                 finally:
                     vals[0] = v
-            self._ok[kind - 1] = (chans, n << 8 | kind, trusted,
-                                  chans if type(chans) is bytes and n == len(chans) else bytes(chans[:n]))
+            self._ok[kind - 1] = (chans, n << 8 | kind, trusted, chans if type(chans) is bytes else bytes(chans[:n]))
 
     def _bad_value(self, c, v):
         if type(v) is not int:

@@ -44,9 +44,16 @@ print("NATIVE", F._C is not None, R._P is not None, bytes(enc.buf[9:13]), bytes(
 """
 
 
-def _run(tmp_path, wrong: bool):
+# a native .mpy the board cannot load: another arch or mpy sub-version (ValueError), or
+# no room for its machine code (MemoryError)
+UNLOADABLE = """
+raise ValueError("incompatible .mpy file")
+"""
+
+
+def _run(tmp_path, wrong: bool, module: str = WRONG):
     if wrong:
-        (tmp_path / "mqb_native.py").write_text(WRONG)
+        (tmp_path / "mqb_native.py").write_text(module)
     (tmp_path / "check.py").write_text(SCRIPT)
     proc = run_mpy(tmp_path / "check.py", extra_path=[tmp_path] if wrong else [], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -65,3 +72,34 @@ def test_wrong_machine_code_falls_back_to_python_and_says_so(tmp_path):
     assert "mqb: records: mqb_native's machine code failed its check on this port: struct.pack_into" in out
     # the Python paths did the work: a right CRC (asserted in the script) and a right record
     assert "NATIVE False False b'\\x01\\x01\\x01\\x02' " + READINGS in out, out
+
+
+def test_an_unloadable_mqb_native_falls_back_to_python(tmp_path):
+    """A native .mpy of another arch or sub-version raises at import on a board: the modules
+    that use it fall back to Python instead of stopping the App (mqb_app logs it)."""
+    out = _run(tmp_path, wrong=True, module=UNLOADABLE)
+    assert "NATIVE False False b'\\x01\\x01\\x01\\x02' " + READINGS in out, out
+
+
+def test_mqb_native_compiles_for_every_boards_arch(tmp_path):
+    """The 32-bit builds are not run here (no 32-bit native port), but each board's
+    mpy-cross arguments (boards/*/deploy.json) must compile mqb_native into machine code
+    for that board: a viper construct an arch's emitter refuses fails here, not at deploy."""
+    import json
+    import subprocess
+
+    from mqbatch.util.paths import BOARDS, FIRMWARE, mpy_cross_exe
+
+    archs = {}
+    for deploy in sorted(BOARDS.glob("*/deploy.json")):
+        args = json.loads(deploy.read_text())["mpy_cross_args"]
+        out = tmp_path / f"{deploy.parent.name}.mpy"
+        proc = subprocess.run(
+            [str(mpy_cross_exe()), *args, "-o", str(out), str(FIRMWARE / "mqb_native.py")],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, (deploy, proc.stderr)
+        archs[deploy.parent.name] = out.read_bytes()[2] >> 2  # the .mpy's native arch
+    assert {"esp32", "rp2040", "unix"} <= set(archs) and all(archs.values()), archs
+    assert archs["esp32"] != archs["rp2040"], archs

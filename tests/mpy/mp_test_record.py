@@ -6,7 +6,7 @@ import micropython
 from array import array
 from mqb_codec import BatchEncoder, FULL, RecordTooLarge, vbi_read, vbi_size
 from mqb_boot import BootCounter
-from mqb_record import READING_SIZE, RecordWriter, Readings, TickClock, port_epoch_to_2020
+from mqb_record import HEADER_SIZE, READING_SIZE, RecordWriter, Readings, TickClock, port_epoch_to_2020
 from outbox_util import TmpDir, alloc_over, str_raises
 
 # The record format's constants (docs/records.md), stated here independently of
@@ -236,6 +236,8 @@ def test_machine_code_and_struct_write_the_same_bytes():
                     w.seq = (1 << 30) - 61           # the last seq of a boot is written
                 if i % 3 == 1:
                     chans = bytes(chans)            # as the App passes them (a new object: checked again)
+                if i % 13 == 7:                     # other channels, the same values array, after the
+                    chans = list(reversed(chans)) if i % 2 else bytearray(reversed(chans))   # cached set
                 if i % 11 == 5:                     # health from a Readings list, the same values array
                     r.clear()
                     for k in range(8):
@@ -426,6 +428,51 @@ def test_records_as_the_app_writes_them_are_checked_once_per_kind_and_allocate_n
     assert n == 0, n
     assert checks[0] == 2, checks
     assert w.seq == 10020
+
+
+def test_other_channels_with_the_remembered_values_array_are_written_as_given():
+    # The machine-code path is for the remembered channel set only: the same values array
+    # with other channels (same count, same kind) must not be packed with the remembered ones.
+    enc = BatchEncoder(bytearray(512), headroom=32)
+    clock, ticks = _clock()
+    w = RecordWriter(enc, clock, boot=1)
+    vals = array("i", [111, 222])
+    w.sample((CH_TEMPERATURE, CH_HUMIDITY), vals)                # remembered: (1, 2) with vals
+    w.sample(bytearray((CH_HUMIDITY, CH_TEMPERATURE)), vals)
+    w.sample([CH_HUMIDITY, CH_TEMPERATURE], vals)
+    w.sample((CH_HUMIDITY, CH_TEMPERATURE), vals)                # another tuple
+    subs = _subs(enc)
+    assert struct.unpack_from("<BiBi", subs[0], HEADER_SIZE) == (1, 111, 2, 222), subs[0]
+    for rec in subs[1:]:
+        assert struct.unpack_from("<BiBi", rec, HEADER_SIZE) == (2, 111, 1, 222), rec
+
+
+def test_alternating_channel_sets_and_counts_allocate_nothing():
+    # A kind keeps its first immutable channel set; other sets (two sensor tuples in turn)
+    # and other reading counts are checked on every record, like lists, without allocating.
+    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
+    clock = TickClock()
+    clock.set_from_rtc(True)
+    w = RecordWriter(enc, clock, boot=3)
+    a, b = (1, 2, 3), (4, 5)
+    vals = array("i", [7, 8, 9])
+    other = array("i", [1, 2, 3])
+
+    def run(k):
+        i = 0
+        while i < k:
+            if enc.count >= 96:
+                enc.reset()
+            w.sample(a, vals)
+            w.sample(b, vals)
+            w.sample(a, vals, 2)
+            w.sample(a, other)
+            i += 1
+
+    run(5)
+    n = alloc_over(1, lambda i: run(2500))
+    print("RECORD_ALLOC_BYTES two channel sets, two counts, two arrays in turn: %d bytes over 10000 records" % n)
+    assert n == 0, n
 
 
 def test_10000_binary_records_under_heap_lock():
