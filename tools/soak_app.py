@@ -137,7 +137,9 @@ def main(argv=None) -> int:
     print(
         f"peak_heap_live       {summary.get('peak_heap_live')} B  (after gc.collect(), per health record and connect)"
     )
-    print(f"peak_heap            {summary.get('peak_heap')} B  (highest gc.mem_alloc() after a step, incl. garbage)")
+    print(
+        f"peak_heap            {summary.get('peak_heap')} B  (highest gc.mem_alloc() after a step's network work, incl. garbage)"
+    )
     if free:
         print(
             f"free_heap (health)   min {min(free)}  median {statistics.median(free):.0f}  max {max(free)} B "

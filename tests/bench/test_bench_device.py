@@ -109,3 +109,13 @@ def test_the_apps_cpu_instrument_counts_records_and_cpu_and_nothing_else():
         x += i
     after = _cpu_s(os.getpid())
     assert sum(after) - sum(before) > 0.02 and after[0] > before[0], (before, after)
+
+
+def test_the_apps_cpu_figure_is_refused_when_the_app_did_not_deliver(tmp_path):
+    """The App's CPU figure is labelled "TLS, QoS 1": a run whose batches were never
+    acknowledged (here PUBACK 0x10, nobody subscribed, taken as not delivered) must not
+    yield one."""
+    from mqbatch.bench.device import _app_cpu
+
+    with pytest.raises(RuntimeError, match="the App did not"):
+        _app_cpu(tmp_path, 4.0, 1.0, config={"require_subscribers": True, "drain_timeout_s": 2})

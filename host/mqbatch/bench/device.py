@@ -184,17 +184,21 @@ def _stored_records(console: str) -> int:
     return n
 
 
-def _app_cpu(tmp: pathlib.Path, seconds: float, window_s: float) -> list[tuple[float, float]]:
+def _app_cpu(
+    tmp: pathlib.Path, seconds: float, window_s: float, config: dict | None = None
+) -> list[tuple[float, float]]:
     """The App itself (firmware/main.py in a virtual device, mqbatch.lab.devices) sampling at
     1,000 Hz into its outbox and publishing to a Mosquitto over TLS: its process's CPU time
     per stored record, (user, system) us, one pair per window of window_s seconds after a
-    warm-up window."""
+    warm-up window. RuntimeError unless the App ran to its end and every record it stored
+    was acknowledged, with no reconnect. config: merged over APP_CONFIG."""
     from mqbatch.lab.stack import LocalStack
 
     stack = LocalStack(tmp / "stack", [APP_DEVICE])
     broker = stack.broker.start()
     try:
-        fleet = stack.fleet(tmp / "devices", broker.host, broker.port, config=dict(APP_CONFIG, run_for_s=seconds))
+        cfg = dict(APP_CONFIG, run_for_s=seconds, **(config or {}))
+        fleet = stack.fleet(tmp / "devices", broker.host, broker.port, config=cfg)
         with fleet:
             proc = fleet.start_device(APP_DEVICE)
             deadline = time.monotonic() + 60
@@ -213,9 +217,15 @@ def _app_cpu(tmp: pathlib.Path, seconds: float, window_s: float) -> list[tuple[f
                 if n2 > n:
                     figures.append(tuple((b - a) * 1e6 / (n2 - n) for a, b in zip(cpu, cpu2)))
                 cpu, n = cpu2, n2
-            fleet.wait(seconds + 120)
-            if not figures:
-                raise RuntimeError(f"the App stopped before a window ended:\n{fleet.console(APP_DEVICE)[-2000:]}")
+            codes = fleet.wait(seconds + 120)
+            summary = fleet.summaries().get(APP_DEVICE)
+            console = fleet.console(APP_DEVICE)[-2000:]
+            # the figure is of the run its label says: the App ran to its end, published every
+            # batch it stored and had them acknowledged, on one connection
+            if codes[APP_DEVICE] != 0 or summary is None or not figures:
+                raise RuntimeError(f"the App did not finish its run (exit {codes[APP_DEVICE]}):\n{console}")
+            if summary["acked_records"] != summary["stored_records"] or summary["reconnects"]:
+                raise RuntimeError(f"the App did not deliver what it stored on one connection: {summary}")
             return figures
     finally:
         broker.stop()
