@@ -141,18 +141,27 @@ def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case):
         assert want_records.count() == 0
 
 
-def test_a_rerun_over_other_dates_replaces_records(spark, tmp_path):
+@pytest.mark.parametrize("overwrite", ["static", "dynamic"])
+def test_a_rerun_over_other_dates_replaces_records(spark, tmp_path, overwrite):
     """Batch outputs are overwritten: a second run over another landing zone (other dates)
-    leaves only its own records/ (no date partition of the first run survives)."""
+    leaves only its own records/ (no date partition of the first run survives), also when
+    the user's session sets spark.sql.sources.partitionOverwriteMode=dynamic (which keeps
+    the partitions a write does not touch)."""
     from mqbatch.spark import JobOptions, run_batch
 
-    out, opts = tmp_path / "out", JobOptions(reorder_window=2)
-    write_rows(tmp_path / "day1", _clean())
-    run_batch(spark, str(tmp_path / "day1"), str(out), opts)
-    day1 = sorted(p.name for p in (out / "records").glob("date=*"))
-    later = [dataclasses.replace(r, received_at_us=r.received_at_us + 3 * 86_400_000_000) for r in _clean()]
-    write_rows(tmp_path / "day4", later)
-    got = run_batch(spark, str(tmp_path / "day4"), str(out), opts)
+    key = "spark.sql.sources.partitionOverwriteMode"
+    before = spark.conf.get(key)
+    spark.conf.set(key, overwrite)
+    try:
+        out, opts = tmp_path / "out", JobOptions(reorder_window=2)
+        write_rows(tmp_path / "day1", _clean())
+        run_batch(spark, str(tmp_path / "day1"), str(out), opts)
+        day1 = sorted(p.name for p in (out / "records").glob("date=*"))
+        later = [dataclasses.replace(r, received_at_us=r.received_at_us + 3 * 86_400_000_000) for r in _clean()]
+        write_rows(tmp_path / "day4", later)
+        got = run_batch(spark, str(tmp_path / "day4"), str(out), opts)
+    finally:
+        spark.conf.set(key, before)
     day4 = sorted(p.name for p in (out / "records").glob("date=*"))
     assert day1 and day4 and not set(day4) & set(day1), (day1, day4)
     assert spark.read.parquet(str(out / "records")).count() == got["records"]["unique"] == 13

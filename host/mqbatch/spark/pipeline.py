@@ -552,10 +552,14 @@ def write_outputs(decoded: DataFrame, unique: DataFrame, out: str, mode: str = "
 
 
 def _write_records(unique: DataFrame, out: str, mode: str) -> None:
+    # "static": an overwrite replaces all of records/, whatever the session's
+    # spark.sql.sources.partitionOverwriteMode (with "dynamic", the dates of an earlier
+    # run that this one does not write would stay beside its records)
     (
         record_output(unique)
         .sortWithinPartitions("date", "device", "boot", "seq")
         .write.mode(mode)
+        .option("partitionOverwriteMode", "static")
         .partitionBy("date")
         .parquet(f"{out}/records")
     )
