@@ -39,7 +39,9 @@ _BLANK = const(4)      # the file ends inside a header, or in bytes never writte
 # "Allocation and speed"). Where the port has a native emitter (ESP32, RP2040, the
 # Unix port) _C, mqb_native's machine code, computes it with machine words;
 # elsewhere (the WebAssembly port) _crc does, in two 16-bit halves (~250x slower).
-# Both use these tables. Table entry i is the CRC
+# Both use these tables. Table entry i is the CRC register after one byte i: _CRC_LO
+# its low 16 bits, _CRC_HI its high 16 bits, little-endian u16 each (2 x 512 bytes of
+# constants: flash, not heap, in .mpy).
 _CRC_LO = const(
     b"\x00\x00\x96\x30\x2c\x61\xba\x51\x19\xc4\x8f\xf4\x35\xa5\xa3\x95\x32\x88\xa4\xb8\x1e\xe9\x88\xd9"
     b"\x2b\x4c\xbd\x7c\x07\x2d\x91\x1d\x64\x10\xf2\x20\x48\x71\xde\x41\x7d\xd4\xeb\xe4\x51\xb5\xc7\x85"

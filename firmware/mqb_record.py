@@ -211,9 +211,9 @@ class RecordWriter:
         self.seq = 0
         self.json = record_format == _FORMAT_JSON
         self.renew_boot = renew_boot
-        # per kind (sample, health: None until then), the first immutable channel set (a tuple or bytes: a
-        # board's CHANNELS) that passed _check: (the set, n << 8 | kind, the array("i") of
-        # values or None, the channels as bytes). The same set, n and kind skip the channel
+        # per kind (sample, health; None until then), the first immutable channel set (a
+        # tuple or bytes: a board's CHANNELS) that passed _check: (the set, n << 8 | kind,
+        # the array("i") of values or None, the channels as bytes). The same set, n and kind skip the channel
         # checks; that same array skips the value checks too and is packed in machine code
         # (mqb_native.record). Kept once made: other sets and other n are checked on every
         # record, as lists are, and allocate nothing. One attribute (7 in all: the smallest
@@ -269,8 +269,9 @@ class RecordWriter:
     def _check(self, kind, chans, vals, n):
         """Raise unless chans[:n] is a valid channel set for kind and vals holds n
         readings. A tuple or bytes of channels (a board's CHANNELS; the App's bytes of
-        them) is immutable: once it passed, sample() checks only the values for the same
-        (set, n, kind), and not those either when they are in the same array("i")."""
+        them) is immutable: the first one of a kind to pass is remembered, and sample()
+        then checks only the values for the same (set, n, kind), and not those either
+        when they are in the same array("i")."""
         if not 0 <= n <= _MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
                              "hold them" % (n, _MAX_READINGS, len(chans), len(vals)))
