@@ -18,7 +18,7 @@
 # on the 64-bit Unix port only; the 32-bit builds compile with mpy-cross here but run
 # only on a board.
 #
-# Heap: the machine code of two functions (the .mpy is about 1.5 KB for armv6m) when it
+# Heap: the machine code of two functions (the .mpy is about 2 KB for armv6m) when it
 # is compiled from source or loaded from a .mpy on a filesystem; none when frozen.
 # ruff: noqa: F821 (ptr8 and uint are the viper emitter's built-ins)
 import micropython
@@ -30,7 +30,10 @@ def crc32(buf, n: int, out, p: int, store: int, lo, hi) -> int:
     out[p:p+4] and return 1; or (store 0) return 1 if out[p:p+4] holds it, else 0.
     lo, hi: mqb_outbox_format's tables (the CRC register after one byte i: its low
     and high 16 bits, little-endian u16 at 2i). Byte loads only: the tables need no
-    alignment (an unaligned 16-bit load faults on the RP2040's Cortex-M0+)."""
+    alignment (an unaligned 16-bit load faults on the RP2040's Cortex-M0+). IndexError
+    for a range outside buf or out (machine code does not check its loads and stores)."""
+    if n < 0 or n > int(len(buf)) or p < 0 or p + 4 > int(len(out)):
+        raise IndexError
     b = ptr8(buf)
     o = ptr8(out)
     tl = ptr8(lo)
@@ -60,7 +63,10 @@ def record(buf, pos: int, head: int, boot: int, seq: int, s: int, ms: int, chans
     """Pack a binary record v1 at buf[pos:]: the header (version 1, kind = head & 0xFF,
     flags = head >> 8, n, boot, seq, time_s, time_ms) and n readings, channel chans[i]
     (bytes) with value vals[i] (an array of 4-byte ints), all little-endian. The caller
-    reserved the 18 + 5 n bytes and checked what goes in (mqb_record)."""
+    reserved the 18 + 5 n bytes and checked what goes in (mqb_record: n within chans and
+    vals); IndexError for a record outside buf (machine code does not check its stores)."""
+    if pos < 0 or n < 0 or pos + 18 + 5 * n > int(len(buf)):
+        raise IndexError
     b = ptr8(buf)
     c = ptr8(chans)
     v = ptr32(vals)

@@ -253,6 +253,32 @@ def test_machine_code_and_struct_write_the_same_bytes():
         assert a == b, (i, a, b)
 
 
+def test_machine_code_refuses_ranges_outside_its_buffers():
+    # mqb_native's stores are not checked by the machine: each function checks its ranges
+    # first and raises IndexError (struct.pack_into raised too), never writes past a buffer.
+    import mqb_record
+    if mqb_record._P is None:
+        print("SKIP machine-code bounds: this port runs no machine code")
+        return
+    import mqb_native as N
+    buf = bytearray(23)
+    one = array("i", [7])
+    N.record(buf, 0, 1, 2, 3, 4, 5, b"\x01", one, 1)              # exactly fits
+    for args in ((buf, 1, 1, 2, 3, 4, 5, b"\x01", one, 1),      # one byte past the end
+                 (buf, -1, 1, 2, 3, 4, 5, b"\x01", one, 1),
+                 (bytearray(40), 0, 1, 2, 3, 4, 5, b"\x01", one, -1)):   # (n within chans and vals:
+                                                                          # mqb_record's checks)
+        before = bytes(args[0])
+        str_raises(IndexError, N.record, *args)
+        assert bytes(args[0]) == before
+    t = bytes(512)
+    out = bytearray(4)
+    assert N.crc32(b"abc", 3, out, 0, 1, t, t) == 1
+    for args in ((b"abc", 4, out, 0, 1, t, t), (b"abc", -1, out, 0, 1, t, t), (b"abc", 3, out, 1, 1, t, t),
+                 (b"abc", 3, out, -1, 1, t, t)):
+        str_raises(IndexError, N.crc32, *args)
+
+
 def test_clock_advances_with_ticks_and_resyncs():
     clock, ticks = _clock(s=100, ms=0)
     ticks.t += 999
