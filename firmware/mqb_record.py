@@ -213,11 +213,11 @@ class RecordWriter:
         self.renew_boot = renew_boot
         # per kind (sample, health; None until then), the first immutable channel set (a
         # tuple or bytes: a board's CHANNELS) that passed _check: (the set, n << 8 | kind,
-        # the array("i") of values or None, the channels as bytes). The same set, n and kind skip the channel
-        # checks; that same array skips the value checks too and is packed in machine code
-        # (mqb_native.record). Kept once made: other sets and other n are checked on every
-        # record, as lists are, and allocate nothing. One attribute (7 in all: the smallest
-        # instance dict).
+        # the array("i") of values or None, the channels as bytes). The same set, n and
+        # kind skip the channel checks; that same array skips the value checks too and is
+        # packed in machine code (mqb_native.record). Kept once made: other sets and other
+        # n are checked on every record, as lists are, and allocate nothing. One attribute
+        # (7 in all: the smallest instance dict).
         self._ok = [None, None]
 
     def sample(self, channels, values, n=-1, _kind=_KIND_SAMPLE):
@@ -229,9 +229,8 @@ class RecordWriter:
         ok = self._ok[kind - 1]
         hit = ok is not None and channels is ok[0] and n << 8 | kind == ok[1]
         if not hit or n > len(values):
-            self._check(kind, channels, values, n)   # the channel set, and sizes
+            hit = self._check(kind, channels, values, n)   # the channel set, and sizes
             ok = self._ok[kind - 1]
-            hit = ok is not None and channels is ok[0] and n << 8 | kind == ok[1]
         if not hit or values is not ok[2]:
             for i in range(n):                    # the values, every record (unless cached array("i"))
                 v = values[i]
@@ -271,7 +270,7 @@ class RecordWriter:
         readings. A tuple or bytes of channels (a board's CHANNELS; the App's bytes of
         them) is immutable: the first one of a kind to pass is remembered, and sample()
         then checks only the values for the same (set, n, kind), and not those either
-        when they are in the same array("i")."""
+        when they are in the same array("i"). True if this call remembered chans."""
         if not 0 <= n <= _MAX_READINGS or n > len(chans) or n > len(vals):
             raise ValueError("record of %d readings: 0..%d allowed, and channels (%d) and values (%d) must "
                              "hold them" % (n, _MAX_READINGS, len(chans), len(vals)))
@@ -303,6 +302,8 @@ class RecordWriter:
                 finally:
                     vals[0] = v
             self._ok[kind - 1] = (chans, n << 8 | kind, trusted, chans if type(chans) is bytes else bytes(chans[:n]))
+            return True
+        return False
 
     def _bad_value(self, c, v):
         if type(v) is not int:

@@ -54,6 +54,14 @@ def _subs(enc):
 CHANNELS = (CH_TEMPERATURE, CH_HUMIDITY, CH_SUPPLY_VOLTAGE)   # as a board's CHANNELS
 
 
+def _batch_writer():
+    """A 100-record, 4 KB batch encoder and a writer on the port's real clock (boot 3)."""
+    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
+    clock = TickClock()                      # the real ticks_ms of the port
+    clock.set_from_rtc(True)
+    return enc, RecordWriter(enc, clock, boot=3)
+
+
 def _sample(t=2150, h=4500, v=3300):
     """A board's sample: its CHANNELS and the array("i") its sample() fills."""
     return CHANNELS, array("i", [t, h, v])
@@ -401,10 +409,7 @@ def _run_records(w, r, vals, n):
 
 
 def test_10000_binary_records_allocate_nothing_gc_disabled():
-    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
-    clock = TickClock()                      # the real ticks_ms of the port
-    clock.set_from_rtc(True)
-    w = RecordWriter(enc, clock, boot=3)
+    enc, w = _batch_writer()
     r = Readings()
     vals = array("i", [0, 0, 0])
     _run_records(w, r, vals, 10)             # warm up
@@ -419,10 +424,7 @@ def test_records_as_the_app_writes_them_are_checked_once_per_kind_and_allocate_n
     # and another array("i") for health records, one health record now and then: each
     # kind's channel set and array are checked once, then every record skips the checks
     # (and, on a port that runs machine code, is packed by mqb_native.record).
-    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
-    clock = TickClock()
-    clock.set_from_rtc(True)
-    w = RecordWriter(enc, clock, boot=3)
+    enc, w = _batch_writer()
     channels = bytes(CHANNELS)
     values = array("i", [2150, 4500, 3300])
     hch = bytes(range(0x80, 0x88))
@@ -476,10 +478,7 @@ def test_other_channels_with_the_remembered_values_array_are_written_as_given():
 def test_alternating_channel_sets_and_counts_allocate_nothing():
     # A kind keeps its first immutable channel set; other sets (two sensor tuples in turn)
     # and other reading counts are checked on every record, like lists, without allocating.
-    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
-    clock = TickClock()
-    clock.set_from_rtc(True)
-    w = RecordWriter(enc, clock, boot=3)
+    enc, w = _batch_writer()
     a, b = (1, 2, 3), (4, 5)
     vals = array("i", [7, 8, 9])
     other = array("i", [1, 2, 3])
@@ -502,10 +501,7 @@ def test_alternating_channel_sets_and_counts_allocate_nothing():
 
 
 def test_10000_binary_records_under_heap_lock():
-    enc = BatchEncoder(bytearray(4096 + 64), headroom=64, max_count=100, max_payload_bytes=4096)
-    clock = TickClock()
-    clock.set_from_rtc(True)
-    w = RecordWriter(enc, clock, boot=3)
+    enc, w = _batch_writer()
     r = Readings()
     vals = array("i", [0, 0, 0])
     _run_records(w, r, vals, 10)
