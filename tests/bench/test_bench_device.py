@@ -86,10 +86,12 @@ def test_the_app_paths_heap_is_measured_by_step_and_sees_what_allocates(bench_al
 
 def test_the_apps_cpu_instrument_counts_records_and_cpu_and_nothing_else():
     """The App's figure is CPU seconds of its process (/proc) over the records its MQB-STORED
-    lines report: a torn or foreign line must not count, and CPU spent must show."""
+    lines report (mqbatch.lab.devices.stored_in, also Fleet.stored): a torn or foreign line
+    must not count, and CPU spent must show."""
     import os
 
-    from mqbatch.bench.device import _cpu_s, _stored_records
+    from mqbatch.bench.device import _cpu_s
+    from mqbatch.lab.devices import stored_in
 
     console = "\n".join(
         [
@@ -99,10 +101,11 @@ def test_the_apps_cpu_instrument_counts_records_and_cpu_and_nothing_else():
             "MQB-STORED 2 1 200",  # torn by a kill
             "MQB-STORED 3 1 300 2",  # last below first: not a batch
             "xMQB-STORED 4 1 0 9",
+            "MQB-STORED 6 1 4OO 409",  # not numbers: not the firmware's
             "MQB-STORED 5 1 300 349",
         ]
     )
-    assert _stored_records(console) == 250
+    assert len(stored_in(console)) == 250
     before = _cpu_s(os.getpid())
     x = 0
     for i in range(3_000_000):

@@ -172,18 +172,6 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def _stored_records(console: str) -> int:
-    """Records the device reported on flash so far (its MQB-STORED lines: eid boot first last)."""
-    n = 0
-    for line in console.splitlines():
-        parts = line.split()
-        if len(parts) == 5 and parts[0] == "MQB-STORED" and all(p.isdigit() for p in parts[1:]):
-            first, last = int(parts[3]), int(parts[4])
-            if last >= first:  # a line torn by a kill, or not the device's: not counted
-                n += last - first + 1
-    return n
-
-
 def _app_cpu(
     tmp: pathlib.Path, seconds: float, window_s: float, config: dict | None = None
 ) -> list[tuple[float, float]]:
@@ -192,7 +180,11 @@ def _app_cpu(
     per stored record, (user, system) us, one pair per window of window_s seconds after a
     warm-up window. RuntimeError unless the App ran to its end and every record it stored
     was acknowledged, with no reconnect. config: merged over APP_CONFIG."""
+    from mqbatch.lab.devices import stored_in
     from mqbatch.lab.stack import LocalStack
+
+    def stored() -> int:  # records the App reported on flash so far
+        return len(stored_in(fleet.console(APP_DEVICE)))
 
     stack = LocalStack(tmp / "stack", [APP_DEVICE])
     broker = stack.broker.start()
@@ -202,18 +194,18 @@ def _app_cpu(
         with fleet:
             proc = fleet.start_device(APP_DEVICE)
             deadline = time.monotonic() + 60
-            while not _stored_records(fleet.console(APP_DEVICE)):  # connected and sampling
+            while not stored():  # connected and sampling
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the App stored nothing:\n{fleet.console(APP_DEVICE)[-2000:]}")
                 time.sleep(0.1)
             time.sleep(window_s)  # warm-up
             figures = []
-            cpu, n = _cpu_s(proc.pid), _stored_records(fleet.console(APP_DEVICE))
+            cpu, n = _cpu_s(proc.pid), stored()
             for _ in range(max(1, int(seconds / window_s) - 2)):
                 time.sleep(window_s)
                 if proc.poll() is not None:
                     break
-                cpu2, n2 = _cpu_s(proc.pid), _stored_records(fleet.console(APP_DEVICE))
+                cpu2, n2 = _cpu_s(proc.pid), stored()
                 if n2 > n:
                     figures.append(tuple((b - a) * 1e6 / (n2 - n) for a, b in zip(cpu, cpu2)))
                 cpu, n = cpu2, n2
@@ -264,12 +256,14 @@ def bench_device(args: argparse.Namespace) -> int:
 
     total = [u + k for u, k in app_cpu]
     figs["firmware/"]["app_cpu"] = total  # us per record, user + system, one per window
-    figs["firmware/"]["app_cpu_user_system"] = app_cpu
+    figs["firmware/"]["app_cpu_user"] = [u for u, _ in app_cpu]
+    figs["firmware/"]["app_cpu_system"] = [k for _, k in app_cpu]
     print(
         "the App itself (firmware/main.py in a virtual device, heap "
         f"{DEFAULT_HEAP}): 1,000 samples/s of 4 channels into 100-record batches, outbox, TLS, QoS 1, "
         f"batch-hmac, health records, no e2e acks: {spread(total, '.1f')} us of process CPU per stored "
-        f"record (user {spread([u for u, _ in app_cpu], '.1f')}, system {spread([k for _, k in app_cpu], '.1f')}; "
+        f"record (user {spread(figs['firmware/']['app_cpu_user'], '.1f')}, "
+        f"system {spread(figs['firmware/']['app_cpu_system'], '.1f')}; "
         f"{len(total)} windows of {window_s:g} s)"
     )
     from mqbatch.bench.out import write_result

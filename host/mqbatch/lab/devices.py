@@ -99,6 +99,19 @@ def device_ids(count: int, prefix: str = "dev") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
 
+def stored_in(console: str) -> set[tuple[int, int]]:
+    """Every (boot, seq) whose batch a device's console reports on flash: its lines
+    `MQB-STORED eid boot first last`. A line torn by SIGKILL (that batch may not be on
+    flash) or not the firmware's (a field not a number) counts nothing."""
+    keys: set[tuple[int, int]] = set()
+    for line in console.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "MQB-STORED" and all(p.isdigit() for p in parts[1:]):
+            _, boot, first, last = (int(x) for x in parts[1:])
+            keys.update((boot, s) for s in range(first, last + 1))
+    return keys
+
+
 class Fleet:
     def __init__(
         self,
@@ -232,13 +245,7 @@ class Fleet:
         """Every (device, boot, seq) whose batch the device reported on flash (MQB-STORED)."""
         keys = set()
         for dev in self.credentials:
-            for line in self.console(dev).splitlines():
-                if line.startswith("MQB-STORED "):
-                    parts = line.split()
-                    if len(parts) != 5:
-                        continue  # a line torn by SIGKILL: that batch may not be on flash
-                    _, boot, first, last = (int(x) for x in parts[1:])
-                    keys.update((dev, boot, s) for s in range(first, last + 1))
+            keys.update((dev, boot, seq) for boot, seq in stored_in(self.console(dev)))
         return keys
 
     def __enter__(self):
