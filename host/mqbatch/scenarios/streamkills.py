@@ -64,6 +64,8 @@ class StreamJob:
         self.out, self.log = pathlib.Path(out), pathlib.Path(log)
         self.cmd = [str(pathlib.Path(sys.executable).parent / "mqbatch"), "spark", "--landing", str(landing)]
         self.cmd += ["--out", str(out), "--stream", "--trigger-seconds", str(trigger_seconds), *SMALL]
+        # no warm-up: it would add about 20 s to every restart, and the kills are meant for micro-batches
+        self.cmd.append("--no-warm-up")
         self.proc: subprocess.Popen | None = None
         self._log_from = 0
         self.orphans: list[int] = []  # pids that outlived a SIGKILL of the command (60 s grace)

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> dict:
             on_report=lambda out: print(f"{REPORT_WRITTEN} ({out})", flush=True),
             report_seconds=args.report_seconds if args.stream else 0,
             max_bytes_per_trigger=args.max_mb_per_trigger << 20,
+            warm_up=args.stream and not args.no_warm_up,
         )
     return run_batch(spark, args.landing, args.out, opts, say=lambda line: print(line, file=sys.stderr, flush=True))
 

@@ -127,6 +127,13 @@ def add_arguments(p: argparse.ArgumentParser, paths_required: bool = True) -> No
     )
     p.add_argument("--trigger-seconds", type=_positive, default=10, help="--stream: micro-batch interval (default 10)")
     p.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="--stream: take the landing zone at once; by default the job first runs two small micro-batches "
+        "of its own (about 20 s on a cold 2-core machine) so that the first landing files do not wait for a "
+        "cold JVM (docs/spark.md)",
+    )
+    p.add_argument(
         "--report-seconds",
         type=_non_negative,
         default=0,

@@ -52,7 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mqbatch.spark import files as landing_files
-from mqbatch.spark import seen
+from mqbatch.spark import seen, warmup
 from mqbatch.spark.accounting import CHANNELS_READ
 from mqbatch.spark.checkpoint import (
     check_same_checkpoint,
@@ -586,6 +586,7 @@ def run_stream(
     on_report=None,
     report_seconds: float = 0.0,
     max_bytes_per_trigger: int = 0,
+    warm_up: bool = False,
 ) -> dict:
     """Structured Streaming over the landing zone. trigger_seconds None: every file not
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
@@ -597,7 +598,8 @@ def run_stream(
     with availableNow), so a backlog is taken in bounded steps. A run that ends by itself (availableNow) reports
     every commit on the way out; a stop signal leaves report.json as the last report (no Spark
     then: the JVM may be gone) and says so in one line (report_behind); the next start
-    recomputes it before anything else."""
+    recomputes it before anything else. warm_up: two micro-batches of its own first
+    (mqbatch.spark.warmup), so the first landing files do not wait for a cold JVM."""
     cadence = ReportCadence(report_seconds)
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
@@ -617,6 +619,12 @@ def run_stream(
                 on_report(out)
         else:
             drop_uncommitted_outputs(pathlib.Path(out))
+        warmup.remove(out)  # what a killed warm-up left
+        if warm_up:
+            try:
+                say(f"telemetry_job: {warmup.warm_up(spark, out, opts, process_batch).line()}", flush=True)
+            except Exception as e:  # an optimisation only: the job streams cold, and says why
+                say(f"telemetry_job: the warm-up failed ({type(e).__name__}: {e}); streaming cold", flush=True)
 
         def batch(df: DataFrame, batch_id: int) -> None:
             process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report, cadence)

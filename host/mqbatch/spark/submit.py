@@ -112,7 +112,7 @@ def job_arguments(args: argparse.Namespace) -> list[str]:
         "--log-level",
         args.log_level,
     ]
-    for flag in ("partial", "no_empty", "stream", "once"):
+    for flag in ("partial", "no_empty", "stream", "once", "no_warm_up"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))
     if args.stream:
