@@ -192,10 +192,12 @@ def _pct(a: np.ndarray) -> dict:
 
 
 # -- workers ----------------------------------------------------------------------------------
-def _worker(idx: int, devices: list, opts: simfleet.SimOptions, flush_ev, end_ev, q, out: str) -> None:
+def _worker(idx: int, devices: list, opts: simfleet.SimOptions, flush_ev, end_ev, q, out: str, nice: int = 0) -> None:
     import asyncio
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    if nice:
+        os.nice(nice)  # --device-nice: the stand-ins for devices yield the CPU to the pipeline they feed
 
     def control():
         return "end" if end_ev.is_set() else "flush" if flush_ev.is_set() else None
@@ -238,7 +240,14 @@ def _raise_nofile(n_devices: int) -> None:
 
 
 def _start_spark(
-    run_dir: pathlib.Path, landing: pathlib.Path, out: pathlib.Path, keys, trigger: int, log, report_seconds: int = 0
+    run_dir: pathlib.Path,
+    landing: pathlib.Path,
+    out: pathlib.Path,
+    keys,
+    trigger: int,
+    log,
+    report_seconds: int = 0,
+    warm_up: bool = True,
 ):
     from mqbatch.util.paths import venv_tool
 
@@ -268,6 +277,7 @@ def _start_spark(
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=2",
+        *(() if warm_up else ("--no-warm-up",)),
     ]
     env = dict(os.environ, SPARK_LOCAL_DIRS=str(local), TMPDIR=str(local))
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -369,7 +379,14 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
         spark_log = open(spark_log_path, "wb")
         t_spark = time.monotonic()
         spark = _start_spark(
-            run_dir, landing, out, stack.hmac_keys_file, args.trigger_seconds, spark_log, args.report_seconds
+            run_dir,
+            landing,
+            out,
+            stack.hmac_keys_file,
+            args.trigger_seconds,
+            spark_log,
+            args.report_seconds,
+            warm_up=not args.no_warm_up,
         )
         _wait_for("telemetry_job: streaming", spark_log_path, spark, 300)
         say(f"fleet: recorder and streaming job up (job started in {time.monotonic() - t_spark:.0f} s)")
@@ -395,7 +412,16 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
         for w in range(workers):
             p = ctx.Process(
                 target=_worker,
-                args=(w, devs[w::workers], opts, flush_ev, end_ev, q, str(run_dir / f"samples-{w}.npz")),
+                args=(
+                    w,
+                    devs[w::workers],
+                    opts,
+                    flush_ev,
+                    end_ev,
+                    q,
+                    str(run_dir / f"samples-{w}.npz"),
+                    args.device_nice,
+                ),
                 daemon=True,
             )
             p.start()
@@ -525,6 +551,8 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             "batch": args.batch,
             "minutes": args.minutes,
             "workers": workers,
+            "device_nice": args.device_nice,
+            "warm_up": not args.no_warm_up,
             "roll_seconds": args.roll_seconds,
             "receive_maximum": args.receive_maximum,
             "trigger_seconds": args.trigger_seconds,
@@ -658,9 +686,10 @@ def report_lines(fig: dict) -> list[str]:
     tot = fig["device_totals"]
     lines = [
         f"devices {fig['devices']:,} x {fig['rate']:g} records/s, batches of {fig['batch']}, {fig['minutes']:g} min "
-        f"(+{fig['ramp_s']:g} s ramp), {fig['workers']} worker processes, recorder --roll-seconds "
+        f"(+{fig['ramp_s']:g} s ramp), {fig['workers']} worker processes at nice {fig.get('device_nice', 0)}, recorder --roll-seconds "
         f"{fig['roll_seconds']:g} --receive-maximum {fig.get('receive_maximum', 100)}, "
-        f"spark --stream --trigger-seconds {fig['trigger_seconds']} --report-seconds {fig.get('report_seconds', 0)}",
+        f"spark --stream --trigger-seconds {fig['trigger_seconds']} --report-seconds {fig.get('report_seconds', 0)}"
+        + ("" if fig.get("warm_up") else " --no-warm-up"),
         f"  stored {tot['stored']:,} records ({fig['stored_per_s']:,.0f}/s), published {tot['published']:,} "
         f"(+{tot['republished']:,} again after {fig['ack_timeout']:g} s without ack), acked end to end "
         f"{tot['acked']:,}, outbox left {tot['outbox']:,}, dropped on devices {tot['dropped']:,}",
@@ -740,6 +769,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minutes", type=float, default=2.0, help="minutes of sampling after the ramp (default 2)")
     p.add_argument("--batch", type=int, default=10, help="records per PUBLISH (default 10)")
     p.add_argument("--workers", type=int, default=2, help="device processes (default 2)")
+    p.add_argument(
+        "--device-nice",
+        type=int,
+        choices=range(20),
+        metavar="0..19",
+        default=10,
+        help="nice increment of the device processes (default 10): real devices bring their own CPUs, so the "
+        "stand-ins yield this machine's to the broker, the recorder and the job; 0 makes them compete equally",
+    )
     p.add_argument("--roll-seconds", type=float, default=60.0, help="recorder --roll-seconds (default 60, its default)")
     p.add_argument(
         "--receive-maximum",
@@ -754,6 +792,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="spark --report-seconds: report.json at most this often (default 0, its default: every micro-batch)",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="start the streaming job with --no-warm-up (its first micro-batches then pay the cold JVM)",
     )
     p.add_argument("--ack-timeout", type=float, default=30.0, help="s before an unacked batch is sent again")
     p.add_argument("--ramp-s", type=float, default=None, help="connections spread over this long (default N/250 s)")
