@@ -7,8 +7,9 @@ the Python decoders, themselves held to the reference by tests/spark/vdecode_dif
 
 The cases are vdecode_diff's generated and mutated landed PUBLISHes (every batch, topic
 and record reason, JSON records, nulls) plus the shared vectors; each group of cases
-gets its own job options (as vdecode_diff draws them, without --hmac-keys, which turns the
-fast path off) and runs through `decode` in full and in compact rows. Both paths must
+gets its own job options (as vdecode_diff draws them, --hmac-keys for some: the fast path
+then takes only the batches whose batch-hmac verifies) and runs through `decode` in full and
+in compact rows. Both paths must
 give the same rows: same columns, same values, row for row after sorting by the landed
 row and the position in it. Prints the cases, the rows, how many landed rows the fast
 path took, and the differences; exit status 1 on any difference.
@@ -77,8 +78,7 @@ def compare_group(spark, rows: list[dict], opts, tmp: pathlib.Path, outcome: Out
     pq.write_table(pa.Table.from_pylist(rows, schema=vdecode.LANDED), path)
     landed = pipeline.read_landing(spark, [str(path)])
     outcome.cases += len(rows)
-    if opts.hmac_keys is None:
-        outcome.fast_landed += landed.where(jvm.is_fast(spark, opts)).count()
+    outcome.fast_landed += landed.where(jvm.is_fast(spark, opts)).count()
     for compact in (False, True):
         python = pipeline.decode(landed, opts, compact, fast_path=False)
         fast = pipeline.decode(landed, opts, compact, fast_path=True)
@@ -116,7 +116,26 @@ def clean_case(diff, rng: random.Random, opts) -> dict:
         payload=payload,
         user_properties=[{"key": "batch-format", "value": "v1"}, {"key": "batch-size", "value": str(len(subs))}],
     )
+    sign(diff, rng, row)
     return row
+
+
+def sign(diff, rng: random.Random, row: dict) -> None:
+    """A batch-hmac for a row the fast path may take: good one time in two, under another key
+    one time in four (the batch stays well-formed: only the MAC check can refuse it), else
+    vdecode_diff's mix (none, tampered, another key, malformed, repeated)."""
+    from mqbatch.wire import integrity
+
+    r = rng.random()
+    if r < 0.75:
+        device = row["topic"][len("mqbatch/") : -len("/telemetry")]
+        key = diff._KEYS.get(device, diff._OTHER_KEY) if r < 0.5 else diff._OTHER_KEY
+        props = [(p["key"], p["value"]) for p in row["user_properties"]]
+        row["user_properties"].append(
+            {"key": integrity.PROPERTY, "value": integrity.mac_hex(key, row["topic"], props, row["payload"])}
+        )
+    else:
+        diff._sign(rng, row)
 
 
 def edge(rng: random.Random, rec: bytearray, received_ms: int, max_future_ms: int) -> bytes:
@@ -170,13 +189,11 @@ def run(spark, cases: int, seed: int, groups: int = 20, vectors: bool = True, pr
         done = 0
         while done < cases:
             k = min(per_group, cases - done)
-            opts = dataclasses.replace(diff.job_options(rng, ref), hmac_keys=None)
+            # every other group with --hmac-keys (the fast path then checks each batch-hmac)
+            opts = dataclasses.replace(
+                diff.job_options(rng, ref), hmac_keys=diff.HMAC_KEYS if done // per_group % 2 else None
+            )
             rows = [diff.case(rng) if rng.random() < 0.5 else clean_case(diff, rng, opts) for _ in range(k)]
-            for row in rows:  # the fast path never sees a signed batch: drop the MACs
-                if row["user_properties"]:
-                    row["user_properties"] = [
-                        p for p in row["user_properties"] if not (p and p.get("key") == "batch-hmac")
-                    ]
             compare_group(spark, rows, opts, tmp, outcome)
             done += k
             if progress and time.monotonic() - last > 60:

@@ -196,14 +196,49 @@ def test_the_decoding_functions_name_a_wrong_call(spark, tmp_path):
     assert [r.f for r in fast] == [False]
 
 
-def test_hmac_keys_turn_the_fast_path_off(spark, tmp_path):
-    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+def test_with_hmac_keys_the_fast_path_takes_only_the_batches_that_verify(spark, tmp_path):
+    """--hmac-keys: batch_hmac.check in Java; every failure is left to the Python decoders, which name it."""
+    from mqbatch.wire import integrity
+
+    key, other = b"k" * 32, b"o" * 32
+    subs = [rec()]
+    _, payload = codec.encode_batch(subs)
+    base = [("batch-format", "v1"), ("batch-size", "1")]
+
+    def signed(topic="mqbatch/dev-1/telemetry", k=key, mac=None, extra=(), body=payload):
+        mac = mac or integrity.mac_hex(k, topic, base, payload)
+        return publish(subs, topic, props=[*base, *extra, (integrity.PROPERTY, mac)], payload=body)
+
+    good = integrity.mac_hex(key, "mqbatch/dev-1/telemetry", base, payload)
+    cases = {
+        "good": signed(),
+        "unsigned": publish(subs),
+        "tampered": signed(body=payload[:-1] + bytes([payload[-1] ^ 1])),
+        "another key": signed(k=other),
+        "upper case": signed(mac=good.upper()),
+        "repeated": signed(extra=[(integrity.PROPERTY, good)]),
+        "no key for dev-2": signed("mqbatch/dev-2/telemetry", k=other),
+    }
+    write_landing(tmp_path / "landing", "r1", 0, list(cases.values()))
     landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
-    opts = JobOptions(hmac_keys=(("dev-1", b"k" * 32),))
-    with pytest.raises(RuntimeError, match="--hmac-keys given"):
-        pipeline.decode(landed_df, opts, fast_path=True)
-    rows = pipeline.decode(landed_df, opts).select("reason").collect()
-    assert [r.reason for r in rows] == ["BATCH_HMAC_MISSING"]
+    opts = JobOptions(hmac_keys=(("dev-1", key),))
+    fast = [r.f for r in landed_df.select(jvm.is_fast(spark, opts).alias("f")).orderBy("offset").collect()]
+    assert dict(zip(cases, fast)) == {name: name == "good" for name in cases}
+    order = ["offset", "sub_index", "reason"]
+    want = pipeline.decode(landed_df, opts, fast_path=False).orderBy(*order).collect()
+    got = pipeline.decode(landed_df, opts, fast_path=True).orderBy(*order).collect()
+    assert got == want
+    assert [r.reason for r in want] == [
+        None,
+        "BATCH_HMAC_MISSING",
+        "BATCH_HMAC_INVALID",
+        "BATCH_HMAC_INVALID",
+        "BATCH_HMAC_MALFORMED",
+        "BATCH_HMAC_MALFORMED",
+        "BATCH_HMAC_NO_KEY",
+    ]
+    plan = pipeline.decode(landed_df, opts, fast_path=True)._jdf.queryExecution().toString()
+    assert key.hex() not in plan and "batch-hmac" in plan  # the keys never in a printed plan
 
 
 def test_the_jar_is_built_once_then_cached(tmp_path, monkeypatch):

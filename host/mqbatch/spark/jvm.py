@@ -217,16 +217,30 @@ def options_text(opts) -> str:
     )
 
 
+def keys_text(opts) -> str | None:
+    """The job's --hmac-keys as BatchDecoder reads them ("device:hexkey,..."), or None (no check).
+    Only valid device ids (mqbatch.wire.device_id: no ':' or ','); no topic names another."""
+    from mqbatch.wire.device_id import DEVICE_ID_RE
+
+    if opts.hmac_keys is None:
+        return None
+    return ",".join(f"{d}:{bytes(k).hex()}" for d, k in opts.hmac_keys if DEVICE_ID_RE.fullmatch(d))
+
+
 def _function(spark, name: str, method: str, opts, accumulator, result) -> None:
-    """Registers `name` in the session: BatchDecoder.`method` on an instance holding the options."""
-    target = spark._jvm.mqbatch.jvm.BatchDecoder(options_text(opts), accumulator)
+    """Registers `name` in the session: BatchDecoder.`method` on an instance holding the options
+    (and the keys, which its toString never shows)."""
+    target = spark._jvm.mqbatch.jvm.BatchDecoder(options_text(opts), accumulator, keys_text(opts))
     spark._jvm.mqbatch.jvm.BatchDecoder.register(
         spark._jsparkSession, name, target, method, spark._jsparkSession.parseDataType(result.json())
     )
 
 
+_SALT = os.urandom(16)  # the functions' names tell key sets apart without saying anything of them
+
+
 def _key(opts) -> str:
-    return hashlib.sha256(options_text(opts).encode()).hexdigest()[:12]
+    return hashlib.sha256(_SALT + f"{options_text(opts)}|{keys_text(opts)}".encode()).hexdigest()[:12]
 
 
 def is_fast(spark, opts):

@@ -80,7 +80,8 @@ def read_landing(spark: SparkSession, paths: str | list[str]) -> DataFrame:
 
 def decode(landed: DataFrame, opts: JobOptions, compact_rows: bool = False, fast_path: bool | None = None) -> DataFrame:
     """The decoded rows (DECODED_SCHEMA) of the landed rows. With the JVM fast path
-    (mqbatch.spark.jvm; fast_path None = when the session has it, never with --hmac-keys):
+    (mqbatch.spark.jvm; fast_path None = when the session has it; with --hmac-keys it checks each
+    batch's batch-hmac as batch_hmac.check does and takes only those that pass):
     valid batches of binary records are decoded by Java code inside the JVM, every other
     landed row by DECODE_ARROW in Python workers (mapInArrow), which names its reason;
     without it, every row goes through DECODE_ARROW. compact_rows (the batch job): valid
@@ -116,11 +117,11 @@ def decode_to(
 
 
 def _fast_path_on(landed: DataFrame, opts: JobOptions, fast_path: bool | None) -> bool:
-    if fast_path is False or opts.hmac_keys or not jvm.registered(landed.sparkSession):
+    if fast_path is False or not jvm.registered(landed.sparkSession):
         if fast_path:
             raise RuntimeError(
                 "mqbatch.spark.decode(fast_path=True): the JVM fast path is not available "
-                "(--hmac-keys given, or the session lacks its jar; see stderr)"
+                "(the session lacks its jar; see stderr)"
             )
         return False
     return True

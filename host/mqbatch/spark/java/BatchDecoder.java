@@ -2,8 +2,14 @@ package mqbatch.jvm;
 
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.HashMap;
+import java.util.Map;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -38,14 +44,19 @@ import org.apache.spark.util.LongAccumulator;
  * them with its own values (UTF8String, byte[], ArrayData, long) and takes the result
  * as Spark's own rows: nothing is converted on the way in or out.
  *
- * Options: "max_batch_size,max_payload_bytes,allow_empty(0|1),max_future_ms".
+ * Options: "max_batch_size,max_payload_bytes,allow_empty(0|1),max_future_ms". Keys (the job's
+ * --hmac-keys, or null: no check): "device:hexkey,..."; with keys a PUBLISH is fast only if it
+ * also passes mqbatch.spark.batch_hmac.check (its device has a key; exactly one batch-hmac
+ * property of 64 lowercase hex digits, the HMAC-SHA256 of mqbatch.wire.integrity.message under
+ * that key). Any failure is "not fast": the Python decoders name it. The keys never appear in
+ * toString (Spark prints it in plans).
  * decode returns struct(fast, batch_id, device, count, records) where records is
  * array<struct<boot, seq, kind, synced, time_us, start, length, readings, dropped_total>>
  * (start and length: the record's bytes in the payload; all but fast null when not
  * fast). isFast returns the "fast" flag alone, without building any record.
  */
 public final class BatchDecoder implements Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
 
     // -- records.py: channels, kinds, layout ------------------------------------------
     static final int HEADER = 18, READING = 5, MAX_READINGS = 32;
@@ -102,11 +113,39 @@ public final class BatchDecoder implements Serializable {
      * it is not 0), or null. */
     private final LongAccumulator notFast;
     private transient Options options;
+    private final String keysText;                        // null: no batch-hmac check
+    private transient Map<String, byte[]> keys;
 
     public BatchDecoder(String optionsText, LongAccumulator notFast) {
+        this(optionsText, notFast, null);
+    }
+
+    public BatchDecoder(String optionsText, LongAccumulator notFast, String keysText) {
         this.options = new Options(optionsText);          // a bad options text fails here, on the driver
         this.optionsText = optionsText;
         this.notFast = notFast;
+        this.keysText = keysText;
+        this.keys = parseKeys(keysText);                  // and so does a bad keys text
+    }
+
+    static Map<String, byte[]> parseKeys(String text) {
+        if (text == null) return null;
+        Map<String, byte[]> m = new HashMap<>();
+        for (String pair : text.isEmpty() ? new String[0] : text.split(",")) {
+            int colon = pair.indexOf(':');
+            String hex = pair.substring(colon + 1);
+            if (colon < 1 || hex.length() % 2 != 0) throw new IllegalArgumentException("mqbatch BatchDecoder: bad keys text");
+            byte[] key = new byte[hex.length() / 2];
+            for (int i = 0; i < key.length; i++) key[i] = (byte) Integer.parseInt(hex.substring(2 * i, 2 * i + 2), 16);
+            m.put(pair.substring(0, colon), key);
+        }
+        return m;
+    }
+
+    Map<String, byte[]> keys() {
+        Map<String, byte[]> k = keys;
+        if (k == null && keysText != null) keys = k = parseKeys(keysText);   // after deserialisation
+        return k;
     }
 
     Options options() {
@@ -117,7 +156,8 @@ public final class BatchDecoder implements Serializable {
 
     @Override
     public String toString() {
-        return "mqbatch.BatchDecoder(" + optionsText + (notFast != null ? ", counting" : "") + ")";
+        return "mqbatch.BatchDecoder(" + optionsText + (notFast != null ? ", counting" : "")
+               + (keysText != null ? ", batch-hmac" : "") + ")";
     }
 
     // -- the checks ------------------------------------------------------------------
@@ -240,14 +280,67 @@ public final class BatchDecoder implements Serializable {
         return deviceMs - receivedMs <= o.maxFutureMs;
     }
 
+    private static final ThreadLocal<Mac> HMAC = ThreadLocal.withInitial(() -> {
+        try {
+            return Mac.getInstance("HmacSHA256");
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    });
+    static final byte[] LABEL = "MQH1".getBytes(StandardCharsets.US_ASCII);
+
+    /** Whether the batch passes batch_hmac.check under `keys` (see the class comment). Called
+     * only for properties expectedCount accepted: one batch-format, one batch-size, all ASCII. */
+    static boolean signed(String topic, String device, String[] props, byte[] payload, Map<String, byte[]> keys) {
+        byte[] key = keys.get(device);
+        if (key == null) return false;
+        String mac = null, format = null, size = null;
+        for (int i = 0; i < props.length; i += 2) {
+            if (props[i].equals("batch-hmac")) {
+                if (mac != null) return false;              // repeated
+                mac = props[i + 1];
+            } else if (props[i].equals("batch-format")) format = props[i + 1];
+            else if (props[i].equals("batch-size")) size = props[i + 1];
+        }
+        if (mac == null || mac.length() != 64) return false;
+        byte[] got = mac.getBytes(StandardCharsets.US_ASCII);
+        for (byte b : got) if (!((b >= '0' && b <= '9') || (b >= 'a' && b <= 'f'))) return false;
+        byte[] t = topic.getBytes(StandardCharsets.UTF_8), f = format.getBytes(StandardCharsets.US_ASCII),
+               z = size.getBytes(StandardCharsets.US_ASCII);
+        if (t.length > 0xFFFF) return false;
+        Mac h = HMAC.get();
+        try {
+            h.init(new SecretKeySpec(key, "HmacSHA256"));
+        } catch (GeneralSecurityException e) {
+            return false;
+        }
+        h.update(LABEL);
+        for (byte[] field : new byte[][]{t, f, z}) {
+            h.update((byte) (field.length >> 8));
+            h.update((byte) field.length);
+            h.update(field);
+        }
+        int n = payload.length;
+        h.update(new byte[]{(byte) (n >>> 24), (byte) (n >>> 16), (byte) (n >>> 8), (byte) n});
+        h.update(payload);
+        byte[] d = h.doFinal(), want = new byte[64];
+        for (int i = 0; i < 32; i++) {
+            want[2 * i] = HEX[(d[i] >> 4) & 0xf];
+            want[2 * i + 1] = HEX[d[i] & 0xf];
+        }
+        return MessageDigest.isEqual(got, want);            // constant time
+    }
+
     /** The sub-message bounds when the whole PUBLISH takes the fast path, else null. */
     static int[] fastBounds(String topic, byte[] payload, String[] props, long receivedUs, boolean noReceivedAt,
-                            Options o) {
-        if (payload == null || noReceivedAt || device(topic) == null) return null;
+                            Options o, Map<String, byte[]> keys) {
+        String device = device(topic);
+        if (payload == null || noReceivedAt || device == null) return null;
         int expected = expectedCount(props, o);
         // a sub-message takes at least its 1-byte length prefix: more than that many cannot be "ok"
         // (and the bounds array stays within the payload's size, whatever batch-size says)
         if (expected < 0 || expected > payload.length || payload.length > o.maxPayloadBytes) return null;
+        if (keys != null && !signed(topic, device, props, payload, keys)) return null;
         int[] bounds = split(payload, expected, o);
         if (bounds == null) return null;
         long receivedMs = Math.floorDiv(receivedUs, 1000L);
@@ -311,10 +404,10 @@ public final class BatchDecoder implements Serializable {
     /** fastBounds, with any exception (a bug here) meaning "not fast": the Python decoders then
      * take the row. decode and isFast decide through this one method, so they always agree. */
     static int[] fastBoundsOrNull(UTF8String topic, byte[] payload, ArrayData props, long receivedUs,
-                                  boolean noReceivedAt, Options o) {
+                                  boolean noReceivedAt, Options o, Map<String, byte[]> keys) {
         try {
             return fastBounds(topic == null ? null : topic.toString(), payload, properties(props), receivedUs,
-                              noReceivedAt, o);
+                              noReceivedAt, o, keys);
         } catch (RuntimeException e) {
             return null;
         }
@@ -324,7 +417,7 @@ public final class BatchDecoder implements Serializable {
      * when the fast path does not take it (then counted in notFast). */
     public InternalRow decode(UTF8String topic, byte[] payload, ArrayData props, long receivedUs,
                               boolean noReceivedAt) {
-        int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options());
+        int[] bounds = fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options(), keys());
         if (bounds == null) {
             if (notFast != null) notFast.add(1);
             return new GenericInternalRow(new Object[]{false, null, null, null, null});
@@ -340,7 +433,7 @@ public final class BatchDecoder implements Serializable {
 
     /** The "fast" flag alone: which landed rows the Python decoders must take. */
     public boolean isFast(UTF8String topic, byte[] payload, ArrayData props, long receivedUs, boolean noReceivedAt) {
-        return fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options()) != null;
+        return fastBoundsOrNull(topic, payload, props, receivedUs, noReceivedAt, options(), keys()) != null;
     }
 
     // -- SQL -----------------------------------------------------------------------------
