@@ -116,26 +116,36 @@ def clean_case(diff, rng: random.Random, opts) -> dict:
         payload=payload,
         user_properties=[{"key": "batch-format", "value": "v1"}, {"key": "batch-size", "value": str(len(subs))}],
     )
-    sign(diff, rng, row)
+    sign(diff, rng, row, subs)
     return row
 
 
-def sign(diff, rng: random.Random, row: dict) -> None:
-    """A batch-hmac for a row the fast path may take: good one time in two, under another key
-    one time in four (the batch stays well-formed: only the MAC check can refuse it), else
-    vdecode_diff's mix (none, tampered, another key, malformed, repeated)."""
-    from mqbatch.wire import integrity
+def sign(diff, rng: random.Random, row: dict, subs: list[bytes]) -> None:
+    """A batch-hmac for a row the fast path may take (the batch stays well-formed, so only the
+    MAC check can refuse it): good one time in two; under a key not in the file, under another
+    device's key, or over the same records in reverse order (tampered) one time in eight each;
+    else vdecode_diff's mix (none, tampered, another key, malformed, repeated)."""
+    from mqbatch.wire import codec, integrity
 
     r = rng.random()
-    if r < 0.75:
-        device = row["topic"][len("mqbatch/") : -len("/telemetry")]
-        key = diff._KEYS.get(device, diff._OTHER_KEY) if r < 0.5 else diff._OTHER_KEY
-        props = [(p["key"], p["value"]) for p in row["user_properties"]]
-        row["user_properties"].append(
-            {"key": integrity.PROPERTY, "value": integrity.mac_hex(key, row["topic"], props, row["payload"])}
-        )
-    else:
+    if r >= 7 / 8:
         diff._sign(rng, row)
+        return
+    device = row["topic"][len("mqbatch/") : -len("/telemetry")]
+    key = diff._KEYS.get(device, diff._OTHER_KEY)
+    if 0.5 <= r < 5 / 8:
+        key = diff._OTHER_KEY
+    elif 5 / 8 <= r < 6 / 8:
+        key = diff.HMAC_KEYS[(int(device.split("-")[1]) + 1) % len(diff.HMAC_KEYS)][1]
+    props = [(p["key"], p["value"]) for p in row["user_properties"]]
+    mac = integrity.mac_hex(key, row["topic"], props, row["payload"])
+    if r >= 6 / 8:  # tampered: the records reordered (still valid, same length); one record: another key
+        swapped = codec.encode_payload(subs[::-1])
+        if swapped != row["payload"]:
+            row["payload"] = swapped
+        else:
+            mac = integrity.mac_hex(diff._OTHER_KEY, row["topic"], props, row["payload"])
+    row["user_properties"].append({"key": integrity.PROPERTY, "value": mac})
 
 
 def edge(rng: random.Random, rec: bytearray, received_ms: int, max_future_ms: int) -> bytes:

@@ -198,47 +198,59 @@ def test_the_decoding_functions_name_a_wrong_call(spark, tmp_path):
 
 def test_with_hmac_keys_the_fast_path_takes_only_the_batches_that_verify(spark, tmp_path):
     """--hmac-keys: batch_hmac.check in Java; every failure is left to the Python decoders, which name it."""
+    import hashlib
+    import hmac
+
     from mqbatch.wire import integrity
 
-    key, other = b"k" * 32, b"o" * 32
+    key1, key2, other, short = b"1" * 32, b"2" * 32, b"o" * 32, b"short"
     subs = [rec()]
     _, payload = codec.encode_batch(subs)
+    _, changed = codec.encode_batch([rec(2151)])  # as long, still a valid record: only the MAC can tell
     base = [("batch-format", "v1"), ("batch-size", "1")]
 
-    def signed(topic="mqbatch/dev-1/telemetry", k=key, mac=None, extra=(), body=payload):
-        mac = mac or integrity.mac_hex(k, topic, base, payload)
+    def signed(dev="dev-1", k=key1, mac=None, extra=(), body=payload):
+        topic = f"mqbatch/{dev}/telemetry"
+        mac = mac or hmac.new(k, integrity.message(topic, base, payload), hashlib.sha256).hexdigest()
         return publish(subs, topic, props=[*base, *extra, (integrity.PROPERTY, mac)], payload=body)
 
-    good = integrity.mac_hex(key, "mqbatch/dev-1/telemetry", base, payload)
-    cases = {
-        "good": signed(),
-        "unsigned": publish(subs),
-        "tampered": signed(body=payload[:-1] + bytes([payload[-1] ^ 1])),
-        "another key": signed(k=other),
-        "upper case": signed(mac=good.upper()),
-        "repeated": signed(extra=[(integrity.PROPERTY, good)]),
-        "no key for dev-2": signed("mqbatch/dev-2/telemetry", k=other),
+    good = integrity.mac_hex(key1, "mqbatch/dev-1/telemetry", base, payload)
+    cases = {  # name: the reference's reason (None: valid, and so the fast path's)
+        "good": None,
+        "good, dev-2": None,
+        "unsigned": "BATCH_HMAC_MISSING",
+        "tampered, still valid records": "BATCH_HMAC_INVALID",
+        "a key not in the file": "BATCH_HMAC_INVALID",
+        "dev-2's topic under dev-1's key": "BATCH_HMAC_INVALID",
+        "a 5-byte key": "BATCH_HMAC_INVALID",
+        "upper case": "BATCH_HMAC_MALFORMED",
+        "repeated": "BATCH_HMAC_MALFORMED",
+        "no key for dev-4": "BATCH_HMAC_NO_KEY",
     }
-    write_landing(tmp_path / "landing", "r1", 0, list(cases.values()))
+    rows = [
+        signed(),
+        signed("dev-2", key2),
+        publish(subs),
+        signed(body=changed),
+        signed(k=other),
+        signed("dev-2", key1),
+        signed("dev-3", short),
+        signed(mac=good.upper()),
+        signed(extra=[(integrity.PROPERTY, good)]),
+        signed("dev-4", other),
+    ]
+    write_landing(tmp_path / "landing", "r1", 0, rows)
     landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
-    opts = JobOptions(hmac_keys=(("dev-1", key),))
+    opts = JobOptions(hmac_keys=(("dev-1", key1), ("dev-2", key2), ("dev-3", short)))
     fast = [r.f for r in landed_df.select(jvm.is_fast(spark, opts).alias("f")).orderBy("offset").collect()]
-    assert dict(zip(cases, fast)) == {name: name == "good" for name in cases}
+    assert dict(zip(cases, fast)) == {name: reason is None for name, reason in cases.items()}
     order = ["offset", "sub_index", "reason"]
     want = pipeline.decode(landed_df, opts, fast_path=False).orderBy(*order).collect()
     got = pipeline.decode(landed_df, opts, fast_path=True).orderBy(*order).collect()
     assert got == want
-    assert [r.reason for r in want] == [
-        None,
-        "BATCH_HMAC_MISSING",
-        "BATCH_HMAC_INVALID",
-        "BATCH_HMAC_INVALID",
-        "BATCH_HMAC_MALFORMED",
-        "BATCH_HMAC_MALFORMED",
-        "BATCH_HMAC_NO_KEY",
-    ]
+    assert [r.reason for r in want] == list(cases.values())
     plan = pipeline.decode(landed_df, opts, fast_path=True)._jdf.queryExecution().toString()
-    assert key.hex() not in plan and "batch-hmac" in plan  # the keys never in a printed plan
+    assert key1.hex() not in plan and key2.hex() not in plan and "batch-hmac" in plan  # no key in a printed plan
 
 
 def test_the_jar_is_built_once_then_cached(tmp_path, monkeypatch):

@@ -112,9 +112,9 @@ public final class BatchDecoder implements Serializable {
     /** Counts the landed rows decode does not take (decode_to's second part runs only when
      * it is not 0), or null. */
     private final LongAccumulator notFast;
-    private transient Options options;
+    private transient volatile Options options;
     private final String keysText;                        // null: no batch-hmac check
-    private transient Map<String, byte[]> keys;
+    private transient volatile Map<String, byte[]> keys;
 
     public BatchDecoder(String optionsText, LongAccumulator notFast) {
         this(optionsText, notFast, null);
@@ -134,9 +134,15 @@ public final class BatchDecoder implements Serializable {
         for (String pair : text.isEmpty() ? new String[0] : text.split(",")) {
             int colon = pair.indexOf(':');
             String hex = pair.substring(colon + 1);
-            if (colon < 1 || hex.length() % 2 != 0) throw new IllegalArgumentException("mqbatch BatchDecoder: bad keys text");
+            boolean ok = colon >= 1 && hex.length() % 2 == 0;
+            for (int i = 0; ok && i < hex.length(); i++) {
+                char c = hex.charAt(i);
+                ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+            }
+            if (!ok) throw new IllegalArgumentException("mqbatch BatchDecoder: bad keys text");   // nothing of it said
             byte[] key = new byte[hex.length() / 2];
-            for (int i = 0; i < key.length; i++) key[i] = (byte) Integer.parseInt(hex.substring(2 * i, 2 * i + 2), 16);
+            for (int i = 0; i < key.length; i++)
+                key[i] = (byte) (Character.digit(hex.charAt(2 * i), 16) << 4 | Character.digit(hex.charAt(2 * i + 1), 16));
             m.put(pair.substring(0, colon), key);
         }
         return m;
@@ -288,19 +294,20 @@ public final class BatchDecoder implements Serializable {
         }
     });
     static final byte[] LABEL = "MQH1".getBytes(StandardCharsets.US_ASCII);
+    static final int KEY_MIN = 16, KEY_MAX = 64;              // integrity.KEY_MIN, KEY_MAX
 
     /** Whether the batch passes batch_hmac.check under `keys` (see the class comment). Called
      * only for properties expectedCount accepted: one batch-format, one batch-size, all ASCII. */
     static boolean signed(String topic, String device, String[] props, byte[] payload, Map<String, byte[]> keys) {
         byte[] key = keys.get(device);
-        if (key == null) return false;
+        if (key == null || key.length < KEY_MIN || key.length > KEY_MAX) return false;   // integrity.mac_hex refuses them
         String mac = null, format = null, size = null;
         for (int i = 0; i < props.length; i += 2) {
             if (props[i].equals("batch-hmac")) {
                 if (mac != null) return false;              // repeated
                 mac = props[i + 1];
-            } else if (props[i].equals("batch-format")) format = props[i + 1];
-            else if (props[i].equals("batch-size")) size = props[i + 1];
+            } else if (props[i].equals("batch-format") && format == null) format = props[i + 1];   // the first, as
+            else if (props[i].equals("batch-size") && size == null) size = props[i + 1];        // integrity.message
         }
         if (mac == null || mac.length() != 64) return false;
         byte[] got = mac.getBytes(StandardCharsets.US_ASCII);
