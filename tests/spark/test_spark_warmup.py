@@ -68,7 +68,7 @@ def test_warm_up_does_the_work_of_two_micro_batches_and_leaves_nothing_behind(sp
     # dropped by the stream (new records, not just the report's count), the malformed
     # PUBLISHes quarantined
     n = warmup.WARM_UP_PUBLISHES * per
-    assert f"new records {n} + {n}, {per} duplicate, 2 quarantined (--no" in lines[said[0]], lines[said[0]]
+    assert f"new records {n} + {n}, {per} duplicates, 2 quarantined (--no" in lines[said[0]], lines[said[0]]
     # nothing of it in the job's outputs: its one device, five records, no quarantined row
     assert set(report["devices"]) == {"dev-a"} and report["records"]["unique"] == 5, report["devices"].keys()
     assert report["quarantine"]["rows"] == 0 and report["landed"] == 1

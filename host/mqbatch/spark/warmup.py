@@ -60,7 +60,7 @@ class Done:
         got = (self.new_records, self.duplicates, self.quarantined)
         return (
             f"warmed up in {self.seconds:.1f} s: two micro-batches of its own, new records "
-            f"{' + '.join(map(str, self.new_records))}, {self.duplicates} duplicate, {self.quarantined} quarantined"
+            f"{' + '.join(map(str, self.new_records))}, {self.duplicates} duplicates, {self.quarantined} quarantined"
             + ("" if got == self.expected else f" (expected {self.expected}: part of the job stays cold)")
             + " (--no-warm-up skips it)"
         )
@@ -122,7 +122,7 @@ def warm_up(spark: SparkSession, out: str, opts: JobOptions, process_batch) -> D
     base = pathlib.Path(out) / DIRECTORY
     remove(out)
     os.mkdir(base, DIR_MODE)  # fails if anything is there: never a directory of someone else's
-    key = os.urandom(integrity.HMAC_KEY_BYTES) if opts.hmac_keys else None
+    key = os.urandom(integrity.HMAC_KEY_BYTES) if opts.hmac_keys is not None else None
     if key is not None:  # a key of its own, beside the job's (its options are not changed)
         own = [(d, k) for d, k in opts.hmac_keys or () if d != DEVICE]
         opts = dataclasses.replace(opts, hmac_keys=tuple(sorted([*own, (DEVICE, key)])))
