@@ -296,6 +296,37 @@ public final class BatchDecoder implements Serializable {
     static final byte[] LABEL = "MQH1".getBytes(StandardCharsets.US_ASCII);
     static final int KEY_MIN = 16, KEY_MAX = 64;              // integrity.KEY_MIN, KEY_MAX
 
+    /** integrity.mac_hex: the batch-hmac of a batch (64 lowercase hex digits, ASCII) under key,
+     * over integrity.message (LABEL, u16-length topic, batch-format and batch-size, u32-length
+     * payload); null when a field is longer than 65535 bytes or the key is refused. Public for
+     * the test that runs the shared vectors (tests/vectors/batch_hmac_v1.json) through it. */
+    public static byte[] macHex(byte[] key, String topic, String format, String size, byte[] payload) {
+        byte[] t = topic.getBytes(StandardCharsets.UTF_8), f = format.getBytes(StandardCharsets.UTF_8),
+               z = size.getBytes(StandardCharsets.UTF_8);
+        if (t.length > 0xFFFF || f.length > 0xFFFF || z.length > 0xFFFF) return null;
+        Mac h = HMAC.get();
+        try {
+            h.init(new SecretKeySpec(key, "HmacSHA256"));
+        } catch (GeneralSecurityException | IllegalArgumentException e) {
+            return null;
+        }
+        h.update(LABEL);
+        for (byte[] field : new byte[][]{t, f, z}) {
+            h.update((byte) (field.length >> 8));
+            h.update((byte) field.length);
+            h.update(field);
+        }
+        int n = payload.length;
+        h.update(new byte[]{(byte) (n >>> 24), (byte) (n >>> 16), (byte) (n >>> 8), (byte) n});
+        h.update(payload);
+        byte[] d = h.doFinal(), out = new byte[64];
+        for (int i = 0; i < 32; i++) {
+            out[2 * i] = HEX[(d[i] >> 4) & 0xf];
+            out[2 * i + 1] = HEX[d[i] & 0xf];
+        }
+        return out;
+    }
+
     /** Whether the batch passes batch_hmac.check under `keys` (see the class comment). Called
      * only for properties expectedCount accepted: one batch-format, one batch-size, all ASCII. */
     static boolean signed(String topic, String device, String[] props, byte[] payload, Map<String, byte[]> keys) {
@@ -312,29 +343,8 @@ public final class BatchDecoder implements Serializable {
         if (mac == null || mac.length() != 64) return false;
         byte[] got = mac.getBytes(StandardCharsets.US_ASCII);
         for (byte b : got) if (!((b >= '0' && b <= '9') || (b >= 'a' && b <= 'f'))) return false;
-        byte[] t = topic.getBytes(StandardCharsets.UTF_8), f = format.getBytes(StandardCharsets.US_ASCII),
-               z = size.getBytes(StandardCharsets.US_ASCII);
-        if (t.length > 0xFFFF) return false;
-        Mac h = HMAC.get();
-        try {
-            h.init(new SecretKeySpec(key, "HmacSHA256"));
-        } catch (GeneralSecurityException e) {
-            return false;
-        }
-        h.update(LABEL);
-        for (byte[] field : new byte[][]{t, f, z}) {
-            h.update((byte) (field.length >> 8));
-            h.update((byte) field.length);
-            h.update(field);
-        }
-        int n = payload.length;
-        h.update(new byte[]{(byte) (n >>> 24), (byte) (n >>> 16), (byte) (n >>> 8), (byte) n});
-        h.update(payload);
-        byte[] d = h.doFinal(), want = new byte[64];
-        for (int i = 0; i < 32; i++) {
-            want[2 * i] = HEX[(d[i] >> 4) & 0xf];
-            want[2 * i + 1] = HEX[d[i] & 0xf];
-        }
+        byte[] want = macHex(key, topic, format, size, payload);
+        if (want == null) return false;
         return MessageDigest.isEqual(got, want);            // constant time
     }
 
