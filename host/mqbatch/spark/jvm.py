@@ -220,7 +220,7 @@ def options_text(opts) -> str:
 def keys_text(opts) -> str | None:
     """The job's --hmac-keys as BatchDecoder reads them ("device:hexkey,..."), or None (no check).
     Only valid device ids (mqbatch.wire.device_id: no ':' or ','); no topic names another."""
-    from mqbatch.wire.device_id import DEVICE_ID_RE
+    from mqbatch.wire.device_id import DEVICE_ID_RE  # here: setup.py loads this file without the package
 
     if opts.hmac_keys is None:
         return None

@@ -319,12 +319,7 @@ public final class BatchDecoder implements Serializable {
         int n = payload.length;
         h.update(new byte[]{(byte) (n >>> 24), (byte) (n >>> 16), (byte) (n >>> 8), (byte) n});
         h.update(payload);
-        byte[] d = h.doFinal(), out = new byte[64];
-        for (int i = 0; i < 32; i++) {
-            out[2 * i] = HEX[(d[i] >> 4) & 0xf];
-            out[2 * i + 1] = HEX[d[i] & 0xf];
-        }
-        return out;
+        return hex(h.doFinal(), 32);
     }
 
     /** Whether the batch passes batch_hmac.check under `keys` (see the class comment). Called
@@ -376,6 +371,16 @@ public final class BatchDecoder implements Serializable {
     });
     private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
+    /** The first n bytes of d as 2n lowercase hex digits (ASCII). */
+    static byte[] hex(byte[] d, int n) {
+        byte[] out = new byte[2 * n];
+        for (int i = 0; i < n; i++) {
+            out[2 * i] = HEX[(d[i] >> 4) & 0xf];
+            out[2 * i + 1] = HEX[d[i] & 0xf];
+        }
+        return out;
+    }
+
     /** mqbatch.spark.decoder._batch_id: sha-256 of topic, 0, json.dumps(properties), 0, payload;
      * 32 hex digits. Only called for topics and properties of printable ASCII (fastBounds). */
     static UTF8String batchId(String topic, String[] props, byte[] payload) {
@@ -392,13 +397,7 @@ public final class BatchDecoder implements Serializable {
         sha.update(json.toString().getBytes(StandardCharsets.US_ASCII));
         sha.update((byte) 0);
         sha.update(payload);
-        byte[] d = sha.digest();
-        byte[] out = new byte[32];
-        for (int i = 0; i < 16; i++) {
-            out[2 * i] = HEX[(d[i] >> 4) & 0xf];
-            out[2 * i + 1] = HEX[d[i] & 0xf];
-        }
-        return UTF8String.fromBytes(out);
+        return UTF8String.fromBytes(hex(sha.digest(), 16));
     }
 
     /** One record as Spark's row: struct(boot, seq, kind, synced, time_us, start, length,
