@@ -315,10 +315,7 @@ class Outbox:
                 self.count_dropped(self._srec[t] - held)
             self._delete_oldest()
         self._seal()
-        sno = self._next_sno
-        path = F._seg_path(self.root, sno)
-        F._remove(path)                  # nothing should be there; never append to a stranger
-        F._remove(F._seg_path(self.root, sno, "a"))   # nor inherit its acks
+        sno = self._next_sno    # no file is numbered >= _next_sno (load() made it so): no stranger
         s = (self._tail + self._nseg) % self.max_segments
         self._sno[s] = sno
         self._sfirst[s] = self._next_id

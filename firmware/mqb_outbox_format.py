@@ -230,7 +230,7 @@ def _write_seg_header(f, hdr, sno, first):
     OSError(ENOSPC) if the file took less than the whole header."""
     struct.pack_into(_SEG_FMT, hdr, 0, _SEG_MAGIC, _FORMAT_VERSION, sno, first)
     _crc(hdr, 16, hdr, 16, True)
-    if f.write(memoryview(hdr)[:SEG_HEADER_SIZE]) != SEG_HEADER_SIZE:
+    if f.write(hdr, SEG_HEADER_SIZE) != SEG_HEADER_SIZE:   # (buf, max_len): no memoryview
         raise OSError(_ENOSPC)
 
 

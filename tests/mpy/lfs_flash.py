@@ -12,6 +12,7 @@
 # Check `dead` to know the cut happened.) After the cut the device is
 # dead: further programs and erases are ignored, reads still see the image, and
 # `image` is what a remount after power-up sees.
+import gc
 import os
 
 
@@ -36,6 +37,9 @@ class RAMFlash:
         self.prog_bytes = 0
         self.prog_calls = 0
         self.erases = 0
+        self._ff = b"\xff" * block_size   # an erased block: made once, not per erase
+        self.count_own = False      # count the heap bytes this stand-in's own Python allocates
+        self.own_bytes = 0          # (a board's flash driver is C: tests subtract them)
 
     def cut_after(self, n, torn=True):
         self.countdown = n
@@ -53,14 +57,26 @@ class RAMFlash:
         return False
 
     def readblocks(self, block, buf, offset=0):
+        m = gc.mem_alloc() if self.count_own else 0
         a = block * self.block_size + offset
         buf[:] = memoryview(self.image)[a:a + len(buf)]
+        if self.count_own:
+            self.own_bytes += gc.mem_alloc() - m
 
     def writeblocks(self, block, buf, offset=None):
+        if not self.count_own:
+            return self._write(block, buf, offset)
+        m = gc.mem_alloc()
+        try:
+            return self._write(block, buf, offset)
+        finally:
+            self.own_bytes += gc.mem_alloc() - m
+
+    def _write(self, block, buf, offset):
         if self.dead:
             return
         if offset is None:   # simple protocol: erase, then program the whole block
-            self.ioctl(6, block)
+            self._ioctl(6, block)
             offset = 0
         a = block * self.block_size + offset
         n = len(buf)
@@ -73,6 +89,15 @@ class RAMFlash:
         self.prog_calls += 1
 
     def ioctl(self, op, arg):
+        if op != 6 or not self.count_own:
+            return self._ioctl(op, arg)
+        m = gc.mem_alloc()
+        try:
+            return self._ioctl(op, arg)
+        finally:
+            self.own_bytes += gc.mem_alloc() - m
+
+    def _ioctl(self, op, arg):
         if op == 4:   # block count
             return self.blocks
         if op == 5:   # block size
@@ -84,9 +109,9 @@ class RAMFlash:
             n = self.block_size
             if self._cut_now():
                 if self.torn:
-                    self.image[a:a + n // 2] = b"\xff" * (n // 2)
+                    self.image[a:a + n // 2] = memoryview(self._ff)[:n // 2]
                 raise PowerCut("power cut in the erase of block %d" % arg)
-            self.image[a:a + n] = b"\xff" * n
+            self.image[a:a + n] = self._ff
             self.erases += 1
             return 0
         return 0      # 1 init, 2 deinit, 3 sync: nothing to do

@@ -381,6 +381,122 @@ def test_allocation_append_read_ack_steady_state():
         assert res["read_verify"] <= 50 * 64, res   # one memoryview per read (measured 32 B)
 
 
+def _alloc_net(dev, n, fn):
+    """alloc_over(n, fn) less what the RAM flash stand-in `dev` (if any) allocated itself."""
+    if dev is None:
+        return alloc_over(n, fn)
+    dev.count_own, dev.own_bytes = True, 0
+    try:
+        return alloc_over(n, fn) - dev.own_bytes
+    finally:
+        dev.count_own = False
+
+
+def _roll_budget(root, dev):
+    """What a segment change needs, measured here in bytes (GC off): a file name and an open
+    file for the new segment and for its ack file, a name and a removal for the old segment
+    and for its ack file. No exception, no name made twice."""
+    import mqb_outbox_format as F
+    name = _alloc_net(dev, 1, lambda i: F._seg_path(root, 7))
+    path = F._seg_path(root, 7, "b")
+    opened = [None]
+
+    def make(i):
+        opened[0] = open(path, "ab")
+
+    new_file = _alloc_net(dev, 1, make)
+    opened[0].close()
+    remove = _alloc_net(dev, 1, lambda i: os.remove(path))
+    return 2 * (name + new_file) + 2 * (name + remove), (name, new_file, remove)
+
+
+def _app_pattern_per_roll(root, dev, batches):
+    """Bytes per segment change of append + read + ack per batch, as the App runs (a batch
+    acked before the next is sealed), segments of 4 batches."""
+    ob = Outbox(root, segment_size=4 * (1000 + ENTRY_HEADER_SIZE) + SEG_HEADER_SIZE, max_segments=4, max_entries=8)
+    data = memoryview(bytearray(payload(1, 1000)))
+    dest = bytearray(1000)
+
+    def batch(i):
+        eid = ob.append(data, 10, 1, 10 * i, 10 * i + 9)
+        ob.read(eid, dest)
+        ob.ack(eid)
+
+    for i in range(8):                  # warm: the first segment changes, the ring full
+        batch(i)
+    rolls = ob._next_sno
+    used = _alloc_net(dev, batches, lambda i: batch(8 + i))
+    rolls = ob._next_sno - rolls
+    ob.close()
+    assert rolls == batches // 4, (rolls, batches)
+    return used / rolls
+
+
+def _check_roll(fs, root, dev):
+    budget, parts = _roll_budget(root, dev)
+    got = _app_pattern_per_roll(root + "/ob", dev, 40)
+    print("OUTBOX_ROLL_BYTES %s: %d per segment change, budget %d (name %d, open %d, remove %d)"
+          % ((fs, got, budget) + parts))
+    assert got <= budget, (fs, got, budget, parts)
+
+
+def test_a_segment_change_allocates_only_its_files_and_names():
+    """Appends, reads and acks allocate nothing; a segment change allocates what it must
+    (MicroPython's open() takes a str name and returns a new file object): the new segment's
+    name and file, its ack file's, and the names of the old segment and ack file it deletes.
+    Nothing else: no exception (a removal of a file that is not there) and no name made
+    twice. Budget measured in the same run. The instrument: the stale-file removals each
+    change made before (two names, two OSErrors) and the header's memoryview fail it."""
+    with TmpDir("ob_roll") as d:
+        _check_roll("VfsPosix", d, None)
+
+
+def test_a_segment_change_allocates_only_its_files_and_names_littlefs():
+    """The same on littlefs (the boards' filesystem), less what the RAM flash stand-in's own
+    Python allocates (a board's flash driver is C)."""
+    dev = RAMFlash(4096, 64, formatted_image(4096, 64))
+    mount(dev)
+    try:
+        _check_roll("littlefs", "/flash", dev)
+    finally:
+        unmount()
+
+
+def test_stray_files_at_the_next_numbers_are_never_appended_to_or_inherited():
+    """A segment change opens the next number's files without removing anything first:
+    load() leaves no file numbered at or above the next segment (a stray segment is read
+    and numbered past, a stray ack file of no segment is deleted). Planted: a segment of
+    garbage numbered next but one, and ack files that ack every entry of the segments
+    numbered next and past the garbage. Every entry appended after the reopen stays pending and readable, none counted
+    dropped. Fails if load() keeps an orphan ack file, or numbers past readable segments only."""
+    import mqb_outbox_format as F
+    import struct
+    with TmpDir("ob_stray") as d:
+        root = d + "/ob"
+        cfg = dict(segment_size=2 * (100 + ENTRY_HEADER_SIZE) + SEG_HEADER_SIZE, max_segments=8, max_entries=4)
+        ob = Outbox(root, **cfg)
+        ob.append(payload(0, 100), 1)
+        nxt = ob._next_sno
+        ob.close()
+        for sno in (nxt, nxt + 2, nxt + 3, nxt + 4):
+            with open(F._seg_path(root, sno, "a"), "wb") as f:
+                for idx in range(4):
+                    f.write(struct.pack("<HH", idx, idx ^ 0xFFFF))
+        with open(F._seg_path(root, nxt + 1), "wb") as f:
+            f.write(b"\x5a" * 60)                            # not a segment: damage, numbered past
+        ob = Outbox(root, **cfg)
+        dropped = ob.dropped_total       # (what the garbage segment may have held, counted)
+        ids = [ob.append(payload(i, 100), 1) for i in range(1, 9)]    # four segment changes
+        want = {e: payload(i + 1, 100) for i, e in enumerate(ids)}
+        ob.close()
+        ob = Outbox(root, **cfg)
+        got = {e: v[0] for e, v in _contents(ob).items()}
+        for e in ids:
+            assert got.get(e) == want[e], (e, got.get(e))
+        assert ob.dropped_total == dropped, (ob.dropped_total, dropped)
+        ob.close()
+
+
 def test_ram_cost_of_the_index():
     """Heap taken by an open Outbox (index + buffers + objects), by configuration."""
     with TmpDir("ob9") as d:
