@@ -153,6 +153,7 @@ def _as_an_older_mqbatch_wrote_it(out):
         data = json.loads(commit.read_text())
         assert data.pop(stream.KEYED) is True  # (this code marks every batch it commits)
         assert data.pop(seen.SEEN_FROM) is not None  # nor a seen state (mqbatch.spark.seen)
+        assert data.pop(seen.SEEN_MARKS) is not None  # nor its marks
         commit.write_text(json.dumps(data))
     shutil.rmtree(out / stream.SEEN)
     for f in (out / "_decoded").rglob("*.parquet"):
@@ -197,8 +198,8 @@ def _spy_look_back(monkeypatch):
     looked: list[list[str]] = []
     real = stream._look_back
 
-    def spy(out, since_us):
-        narrow, old = real(out, since_us)
+    def spy(out, since_us, from_batch=0):
+        narrow, old = real(out, since_us, from_batch)
         looked.append(sorted({pathlib.Path(f).name[:11] for f in narrow + old}))
         return narrow, old
 
@@ -309,3 +310,75 @@ def test_stream_deduplicates_within_a_micro_batch_only_when_two_arrivals_share_a
     assert calls == ["batch 0", 1, "batch 1"]  # batch 1 only
     rows = spark.read.parquet(str(out / "records")).collect()
     assert sorted(r.seq for r in rows) == [0, 1, 2]
+
+
+def test_a_resend_is_compared_only_with_earlier_arrivals_of_its_device_boot_and_seqs(spark, tmp_path, monkeypatch):
+    """A micro-batch that may hold a copy reads the history's files, but joins only the earlier
+    arrivals of its suspect (device, boot)s within their seqs lo..hi (seen.suspects): a resend
+    of dev-a's boot-1 seqs 2..7 (landed over batches 0 and 1) and a key collision in each of
+    dev-a's boots. dev-b's new seqs, above what it sent, are no suspect. Every copy is found,
+    both collisions kept. Fails with a range narrower than the batch's seqs (copies kept), and
+    if the filter is not applied (the 19 earlier arrivals joined instead of 7)."""
+    from mqbatch.spark import stream
+
+    seen_by_filter = []
+    real = stream._of_suspects
+
+    def spy(spark_, earlier, suspects):
+        rows = real(spark_, earlier, suspects)
+        seen_by_filter.append((sorted(zip(*suspects.to_pydict().values())), rows.count()))
+        return rows
+
+    monkeypatch.setattr(stream, "_of_suspects", spy)
+    a1 = [rec(1, s, T0_MS + 1000 * s, 2000 + s) for s in range(10)]
+    a2 = [rec(2, s, T0_MS + 20_000 + 1000 * s, 2100 + s) for s in range(3)]
+    b1 = [rec(1, s, T0_MS + 1000 * s, 2200 + s) for s in range(8)]
+    out = _stream_files(
+        spark,
+        tmp_path,
+        [
+            [landed(A, a1[:6], T0_MS + 6_000), landed(B, b1[:6], T0_MS + 6_000), landed(A, a2, T0_MS + 23_000)],
+            [landed(A, a1[6:], T0_MS + 30_000)],
+            [
+                landed(A, a1[2:8], T0_MS + 40_000),  # the resend: seqs 2..7
+                landed(A, [rec(1, 3, T0_MS + 3000, 9003)], T0_MS + 40_000),  # a collision: seq 3, other content
+                landed(A, [rec(2, 1, T0_MS + 21_000, 9101)], T0_MS + 40_000),  # a collision in boot 2
+                landed(B, b1[6:], T0_MS + 40_000),  # new seqs: no suspect
+            ],
+        ],
+    )
+    assert seen_by_filter == [([("dev-a", 1, 2, 7, 0), ("dev-a", 2, 1, 1, 0)], 7)]  # (from batch 0: within a minute)
+    rows = spark.read.parquet(str(out / "records")).collect()
+    got = sorted((r.device, r.boot, r.seq, r.readings[0].value) for r in rows)
+    want = sorted(
+        [("dev-a", 1, s, 2000 + s) for s in range(10)]
+        + [("dev-a", 1, 3, 9003)]
+        + [("dev-a", 2, s, 2100 + s) for s in range(3)]
+        + [("dev-a", 2, 1, 9101)]
+        + [("dev-b", 1, s, 2200 + s) for s in range(8)]
+    )
+    assert got == want
+    report = json.loads((out / "report.json").read_text())
+    assert (report["records"]["duplicates"], report["records"]["key_collisions"]) == (6, 2)
+
+
+def test_a_recent_resend_looks_back_from_a_mark_an_old_one_over_the_watermark(spark, tmp_path, monkeypatch):
+    """Micro-batches 30 s of landing time apart, dev-a's seqs 2k, 2k+1 in batch k. The marks
+    (seen.MARK_EVERY_US: a minute) are set by batches 0, 2, 4 and 6, each with the highest seq
+    before it. Batch 6 resends batch 5's seqs 10, 11: mark 4 (seq 7) is below them, so it
+    reads batches 4 and 5 only. Batch 7 resends batch 0's seqs 0, 1: below every mark, so it
+    reads every batch within the watermark. Both copies are dropped. Fails if the newest mark
+    is taken whatever its seq (batch 6 reads nothing and keeps its copy)."""
+    looked = _spy_look_back(monkeypatch)
+    r = [rec(1, s, T0_MS + 1000 * s, 2000 + s) for s in range(14)]
+    files = [[landed(A, r[2 * k : 2 * k + 2], T0_MS + 30_000 * k)] for k in range(6)]
+    files.append([landed(A, r[10:12], T0_MS + 180_000), landed(A, r[12:14], T0_MS + 180_000)])
+    files.append([landed(A, r[0:2], T0_MS + 210_000)])
+    out = _stream_files(spark, tmp_path, files)
+    assert looked == [["b0000000004", "b0000000005"], [f"b{b:010d}" for b in range(7)]]
+    rows = spark.read.parquet(str(out / "records")).collect()
+    assert sorted(x.seq for x in rows) == list(range(14))
+    report = json.loads((out / "report.json").read_text())
+    assert report["records"]["duplicates"] == 4
+    commit = json.loads((out / "_batches" / f"{7:010d}.json").read_text())
+    assert [b for b, _ in commit["seen_marks"]] == [6, 4, 2]

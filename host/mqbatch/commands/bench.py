@@ -13,6 +13,8 @@ runs, ratios measured in the same run). Targets:
           records lost (must be 0), time to table, recorder/broker cost, a PNG
           (mqbatch/bench/fleet.py; docs/scale.md)
   e2e-cost wire bytes end-to-end acks add per batch and record (mqbatch/bench/e2ecost.py)
+  resend  one streaming micro-batch over a history, with and without a resent PUBLISH
+          (mqbatch/bench/resend.py; docs/scale.md)
   all     the five above in turn (`--quick`: smoke-test sizes, without latency), then
           `report`; `make bench` runs it
   report  docs/benchmarks.md and its PNG plots from the results in run/bench/
@@ -112,6 +114,12 @@ def bench_fleet(args: argparse.Namespace) -> int:
     return run_fleet(args)
 
 
+def bench_resend(args: argparse.Namespace) -> int:
+    from mqbatch.bench.resend import bench_resend as run_resend
+
+    return run_resend(args)
+
+
 def bench_e2e_cost(args: argparse.Namespace) -> int:
     from mqbatch.bench.e2ecost import bench_e2e_cost as run_e2e_cost
 
@@ -121,6 +129,7 @@ def bench_e2e_cost(args: argparse.Namespace) -> int:
 TARGETS = {
     "fleet": bench_fleet,
     "e2e-cost": bench_e2e_cost,
+    "resend": bench_resend,
     "wire": bench_wire,
     "spark": bench_spark,
     "device": bench_device.bench_device,
@@ -190,6 +199,11 @@ def register(sub) -> None:
     from mqbatch.bench.e2ecost import add_arguments as e2e_cost_arguments
 
     e2e_cost_arguments(targets.add_parser("e2e-cost", help="wire bytes end-to-end acks add per batch and record"))
+    from mqbatch.bench.resend import add_arguments as resend_arguments
+
+    resend_arguments(
+        targets.add_parser("resend", help="one streaming micro-batch over a history, with and without a resent PUBLISH")
+    )
     a = targets.add_parser("all", help="wire, device, ingest, spark and latency in turn, then report")
     a.add_argument("--quick", action="store_true", help="each target's smoke-test size (seconds to a minute, for CI)")
     r = targets.add_parser("report", help="render benchmarks.md and its plots from OUT/*.json")

@@ -9,7 +9,8 @@ file source and its checkpoint decide which, by name). For batch id N the job
  3. decodes the readable files once, drops records an earlier batch took (same device,
     boot, seq and content, received within --watermark before this batch's first landed
     row: the narrow _content column of their _decoded/ rows, _earlier_copies, read only
-    when the seen state of the last commit says a record may be such a copy:
+    when the seen state of the last commit says a record may be such a copy, and then only
+    the rows of those devices and boots, from the batch its marks allow:
     mqbatch.spark.seen), writes records/, quarantine/, _decoded/ (without payloads, with
     _content) and the seen state after this batch (_seen/) to `_staging/bN/`;
  4. moves the staged files into place, named `bN-...`: the rows are readable in records/
@@ -300,13 +301,16 @@ def _decoded_rows(decoded: DataFrame) -> DataFrame:
     )
 
 
-def _look_back(out: pathlib.Path, since_us: int) -> tuple[list[str], list[str]]:
+def _look_back(out: pathlib.Path, since_us: int, from_batch: int = 0) -> tuple[list[str], list[str]]:
     """The files a micro-batch reads for earlier copies: (_decoded/ files of the KEYED commits,
-    records/ files of the others), leaving out every committed batch whose latest landed row
-    (received_max_us in its commit) is older than since_us. Only committed batches count."""
+    records/ files of the others), leaving out every committed batch before from_batch (a
+    mark: seen.suspects) and every one whose latest landed row (received_max_us in its
+    commit) is older than since_us. Only committed batches count."""
     commits = {c["batch_id"]: c for c in _committed(out)}
     recent = sorted(
-        b for b, c in commits.items() if c.get("received_max_us") is None or c["received_max_us"] >= since_us
+        b
+        for b, c in commits.items()
+        if b >= from_batch and (c.get("received_max_us") is None or c["received_max_us"] >= since_us)
     )
     keyed = [b for b in recent if commits[b].get(KEYED)]
     older = [b for b in recent if not commits[b].get(KEYED)]
@@ -317,13 +321,13 @@ def _look_back(out: pathlib.Path, since_us: int) -> tuple[list[str], list[str]]:
     return [f for b in keyed for f in decoded.get(b, ())], [f for b in older for f in written.get(b, ())]
 
 
-def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int) -> DataFrame | None:
+def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int, from_batch: int = 0) -> DataFrame | None:
     """(device, boot, seq, CONTENT) of the valid records the committed micro-batches took
     that were received at or after since_us, or None when there are none (_look_back: which
     files). From a KEYED batch every arrival counts, a later copy it dropped too (its
     _decoded/ rows: 5 narrow columns); from a batch an older mqbatch committed, the copies it
     kept in records/ (their content hashed from the columns again)."""
-    narrow, old = _look_back(out, since_us)
+    narrow, old = _look_back(out, since_us, from_batch)
     since = F.timestamp_micros(F.lit(since_us))
     parts = []
     if narrow:
@@ -371,7 +375,7 @@ def _known(out: pathlib.Path) -> seen.Seen | None:
         return seen.Seen(seen.EMPTY, seen.EVERYTHING)
     state = seen.load(_seen_file(out, latest["batch_id"]))
     start = latest.get(seen.SEEN_FROM)
-    return None if state is None or start is None else seen.Seen(state, start)
+    return None if state is None or start is None else seen.Seen(state, start, seen.marks_of(latest))
 
 
 def _drop_older_seen(out: pathlib.Path, batch_id: int) -> None:
@@ -383,7 +387,7 @@ def _drop_older_seen(out: pathlib.Path, batch_id: int) -> None:
 
 
 def _new_records(
-    spark: SparkSession, arrivals: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None
+    spark: SparkSession, arrivals: DataFrame, out: pathlib.Path, opts: JobOptions, first_us: int | None, batch_id: int
 ) -> tuple[DataFrame, seen.Seen | None]:
     """The first arrival of each record of `arrivals` (pipeline.deduplicate), without the
     records an earlier micro-batch took (received within the watermark before first_us, this
@@ -399,10 +403,14 @@ def _new_records(
     batch = seen.of_arrivals(arrivals)
     unique = deduplicate(arrivals) if seen.repeats_within(batch) else arrivals
     if known is not None and since >= known.from_us:  # the state covers this batch's look-back
-        after = seen.Seen(seen.merged(known.table, batch, since), max(known.from_us, since))
-        if not seen.may_repeat(known.table, batch, since):
+        table, marks = seen.refreshed(known.table, known.marks, batch_id, first_us)
+        after = seen.Seen(seen.merged(table, batch, since), max(known.from_us, since), marks)
+        suspects = seen.suspects(table, batch, since, marks)
+        if not suspects.num_rows:
             return unique, after
-        earlier = _earlier_copies(spark, out, since)
+        earlier = _earlier_copies(spark, out, since, seen.look_back_from(suspects))
+        if earlier is not None:
+            earlier = _of_suspects(spark, earlier, suspects)
     else:  # the state anew from the look-back (read twice then: a late file, an upgrade)
         earlier = _earlier_copies(spark, out, since)
         base = seen.EMPTY if earlier is None else seen.of_arrivals(earlier)
@@ -412,6 +420,25 @@ def _new_records(
     key = ["device", "boot", "seq", CONTENT]
     copies = earlier.select(*key)
     return unique.withColumn(CONTENT, content_hash()).join(copies, key, "left_anti").drop(CONTENT), after
+
+
+def _of_suspects(spark: SparkSession, earlier: DataFrame, suspects) -> DataFrame:
+    """The rows of `earlier` whose (device, boot) is a suspect (seen.suspects) and whose seq is
+    within its lo..hi: the only earlier arrivals a record of the batch can be a copy of. A
+    broadcast filter in the scan's own stage (the suspects are a row per device and boot at
+    most): the rows of the other devices, the history's bulk, are still read but dropped
+    there, never shuffled nor joined with the micro-batch (a resend made a micro-batch join
+    the whole watermark)."""
+    rows = spark.createDataFrame(
+        list(zip(*(suspects.column(c).to_pylist() for c in ("device", "boot", "lo", "hi")))),
+        "_s_device string, _s_boot bigint, _s_lo bigint, _s_hi bigint",
+    )
+    hit = (
+        (F.col("device") == F.col("_s_device"))
+        & (F.col("boot") == F.col("_s_boot"))
+        & F.col("seq").between(F.col("_s_lo"), F.col("_s_hi"))
+    )
+    return earlier.join(F.broadcast(rows), hit, "left_semi")
 
 
 def _counts() -> tuple:
@@ -504,7 +531,7 @@ def process_batch(
     decoded = job_decode(spark, read_landing(spark, good), opts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         span = landing_files.received_span(good)  # on the driver: no Spark job
-        unique, state = _new_records(spark, records(decoded), out_p, opts, span and span[0])
+        unique, state = _new_records(spark, records(decoded), out_p, opts, span and span[0], batch_id)
         staging = out_p / "_staging" / tag
         shutil.rmtree(staging, ignore_errors=True)
         if state is not None:
@@ -552,7 +579,7 @@ def process_batch(
                 "quarantined_files": bad_now,
                 KEYED: True,
                 "received_max_us": span and span[1],
-                **({seen.SEEN_FROM: state.from_us} if state is not None else {}),
+                **({seen.SEEN_FROM: state.from_us, seen.SEEN_MARKS: state.marks} if state is not None else {}),
             },
             indent=1,
         ),
