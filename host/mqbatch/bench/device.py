@@ -25,12 +25,12 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import tempfile
 import threading
 import time
 
+from mqbatch.bench.out import spread
 from mqbatch.util.paths import micropython_env, micropython_exe
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -68,11 +68,6 @@ def run_mpy(
     if rc != 0:
         raise RuntimeError(f"{script} {' '.join(args)}: exit {rc}\n{out}\n{err}")
     return json.loads(out.strip().splitlines()[-1])
-
-
-def spread(values: list[float], fmt: str) -> str:
-    """median [min..max] of values, each formatted with fmt."""
-    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}..{format(max(values), fmt)}]"
 
 
 def _one_run(broker, ca: str, batches: int, publishes: int, extra: list[str]) -> dict:

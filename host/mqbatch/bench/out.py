@@ -16,6 +16,7 @@ import pathlib
 import platform
 import shlex
 import ssl
+import statistics
 import subprocess
 import sys
 
@@ -127,3 +128,8 @@ def write_result(args: argparse.Namespace, target: str, figures: dict) -> pathli
 def load_results(out: pathlib.Path) -> dict[str, dict]:
     """The TARGET.json files present in `out`, by target."""
     return {t: json.loads((out / f"{t}.json").read_text()) for t in TARGETS if (out / f"{t}.json").is_file()}
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """median [min..max] of values, each formatted with fmt."""
+    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}..{format(max(values), fmt)}]"

@@ -23,12 +23,12 @@ import argparse
 import os
 import pathlib
 import re
-import statistics
 import sys
 import tempfile
 import time
 
 from mqbatch.bench import out as bench_out
+from mqbatch.bench.out import spread
 from mqbatch.ingest import landing as landing_zone
 from mqbatch.wire import codec, records
 
@@ -134,7 +134,7 @@ def bench_resend(args: argparse.Namespace) -> int:
             k, started = 0, time.monotonic()
             print(
                 f"one micro-batch of one landing file ({per_file:,} new records), process_batch to its commit "
-                "(report.json not recomputed), median [min-max]:",
+                "(report.json not recomputed), median [min..max]:",
                 flush=True,
             )
             for point in points:
@@ -153,10 +153,10 @@ def bench_resend(args: argparse.Namespace) -> int:
                 print(
                     f"  history {before} micro-batches, {history:,} records of {args.devices:,} devices "
                     f"({time.monotonic() - started:.0f} s so far):\n"
-                    f"    no record may be a copy: {_summary(plain, 0)}\n"
-                    f"    + one PUBLISH of 15 s before sent again: {_summary(recent, 0)}, "
+                    f"    no record may be a copy: {spread([r[0] for r in plain], '.2f')} s\n"
+                    f"    + one PUBLISH of 15 s before sent again: {spread([r[0] for r in recent], '.2f')} s, "
                     f"{_ratio(recent, plain)} of the first line\n"
-                    f"    + one PUBLISH of micro-batch 0 sent again: {_summary(old, 0)}, "
+                    f"    + one PUBLISH of micro-batch 0 sent again: {spread([r[0] for r in old], '.2f')} s, "
                     f"{_ratio(old, plain)} of the first line",
                     flush=True,
                 )
@@ -185,11 +185,5 @@ def bench_resend(args: argparse.Namespace) -> int:
 
 
 def _ratio(runs: list[tuple[float, float]], base: list[tuple[float, float]]) -> str:
-    """Per pair (same repetition), median [min-max] of runs / base."""
-    r = [a[0] / b[0] for a, b in zip(runs, base)]
-    return f"x{statistics.median(r):.2f} [{min(r):.2f}-{max(r):.2f}]"
-
-
-def _summary(runs: list[tuple[float, float]], i: int) -> str:
-    xs = [r[i] for r in runs]
-    return f"{statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}] s"
+    """Per pair (same repetition), median [min..max] of the seconds of runs / base."""
+    return "x" + spread([a[0] / b[0] for a, b in zip(runs, base)], ".2f")

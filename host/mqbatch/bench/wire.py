@@ -44,7 +44,8 @@ import tempfile
 import threading
 import time
 
-from mqbatch.bench.device import run_mpy, spread
+from mqbatch.bench.device import run_mpy
+from mqbatch.bench.out import spread
 from mqbatch.conformance.packets import read_vbi
 from mqbatch.conformance.session import C2S, S2C
 from mqbatch.wire import records
