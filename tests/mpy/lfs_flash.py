@@ -63,6 +63,8 @@ class RAMFlash:
         if self.count_own:
             self.own_bytes += gc.mem_alloc() - m
 
+    # (the counting is written out in each method: a shared wrapper taking fn, *args would
+    # allocate its bound method and tuple before it could measure, charged to the firmware)
     def writeblocks(self, block, buf, offset=None):
         if not self.count_own:
             return self._write(block, buf, offset)
