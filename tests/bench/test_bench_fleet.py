@@ -82,6 +82,7 @@ def test_load_samples_keeps_one_copy_of_a_workers_samples(tmp_path):
 @pytest.mark.long  # 150 s in CI: `make test-long`; its loss accounting is tested above without a fleet
 @pytest.mark.broker
 def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path):
+    """With lost connections: records/ must hold every record once, resends and all."""
     run = tmp_path / "run"
     out = run_bench(
         "fleet",
@@ -97,6 +98,8 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
         "3",
         "--report-seconds",  # micro-batches after the first write rows and commits only
         "30",
+        "--cut-after",  # lost connections: resends the streaming job must drop
+        "0.3",
         "--run-dir",
         str(run),
         "--out",
@@ -110,6 +113,7 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
     # how many were stored depends on the machine's load (worker start-up eats into the window): >= 1 batch
     assert f["lost"] == 0 and f["stored"] >= 10 and f["found"] == f["stored"]
     assert f["device_totals"]["acked"] == f["stored"] and f["broker_connections_max"] >= 20
+    assert f["device_totals"]["cuts"] > 0 and f["device_totals"]["republished"] > 0 and f["duplicate_rows"] == 0
     assert (tmp_path / "fleet.png").stat().st_size > 10_000
 
     # the same run, one records/ file gone: --check must count what it held as lost and exit 1

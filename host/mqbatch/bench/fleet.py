@@ -7,10 +7,12 @@ the whole streaming pipeline, and what it costs.
       -> `mqbatch ingest` (subprocess, --roll-seconds)
       -> `mqbatch spark --stream` (subprocess, --trigger-seconds)
       -> records/   polled here with pyarrow every --poll-s
+    --cut-after F: devices lose their connection after a fraction F of their new PUBLISHes
+      and publish their outboxes again (the resends a real fleet's landing zone holds)
 
 Figures: records/s stored by the devices and readable in records/; records lost (every
 record a device stored, by (device, boot, seq), against records/ after draining: must be
-0, else the exit status is 1); time to table = when a row was first seen readable in
+0, and no record may be in records/ twice, else the exit status is 1); time to table = when a row was first seen readable in
 records/ minus the sampling time its device recorded for it (p50/p99 over the records
 sampled after the connection ramp); device -> recorder receive (the job's latency_ms:
 received_at - device time) as a second, separately labelled figure; recorder CPU and
@@ -406,6 +408,7 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             batch=args.batch,
             ack_timeout=args.ack_timeout,
             ramp_s=args.ramp_s,
+            cut_after=args.cut_after,
         )
         devs = [(d, pw_, stack.hmac_keys[d]) for d, pw_ in stack.credentials.items()]
         workers = max(1, min(args.workers, n))
@@ -558,6 +561,7 @@ def run_fleet(args: argparse.Namespace, say=print) -> dict:
             "trigger_seconds": args.trigger_seconds,
             "report_seconds": args.report_seconds,
             "ack_timeout": args.ack_timeout,
+            "cut_after": args.cut_after,
             "ramp_s": args.ramp_s,
             "setup_s": round(setup_s, 1),
             "device_totals": totals,
@@ -691,8 +695,10 @@ def report_lines(fig: dict) -> list[str]:
         f"spark --stream --trigger-seconds {fig['trigger_seconds']} --report-seconds {fig.get('report_seconds', 0)}"
         + ("" if fig.get("warm_up") else " --no-warm-up"),
         f"  stored {tot['stored']:,} records ({fig['stored_per_s']:,.0f}/s), published {tot['published']:,} "
-        f"(+{tot['republished']:,} again after {fig['ack_timeout']:g} s without ack), acked end to end "
-        f"{tot['acked']:,}, outbox left {tot['outbox']:,}, dropped on devices {tot['dropped']:,}",
+        f"(+{tot['republished']:,} again: after {fig['ack_timeout']:g} s without ack or a lost connection), acked "
+        f"end to end {tot['acked']:,}, outbox left {tot['outbox']:,}, dropped on devices {tot['dropped']:,}",
+        f"  connections lost {tot.get('disconnects', 0):,} ({tot.get('cuts', 0):,} cut on purpose, --cut-after "
+        f"{fig.get('cut_after', 0):g}), connects {tot.get('connects', 0):,}",
         f"  landing files {fig['landing_files']:,}, not taken by the streaming job at the end "
         f"{fig['landing_files_not_in_table']:,}",
         f"  records/ rows {fig['rows']:,} ({fig['table_per_s_steady'] or 0:,.0f}/s median while sampling); "
@@ -732,9 +738,10 @@ def bench_fleet(args: argparse.Namespace) -> int:
         acc = check(pathlib.Path(args.check))
         print(
             f"fleet check {args.check}: stored {acc['stored']:,}, found {acc['found']:,}, LOST {acc['lost']:,} "
-            f"(first devices: {acc['lost_devices']}), rows not stored by any device {acc['extra_rows']:,}"
+            f"(first devices: {acc['lost_devices']}), rows not stored by any device {acc['extra_rows']:,}, "
+            f"duplicate rows {acc['duplicate_rows']:,}"
         )
-        return 1 if acc["lost"] or acc["extra_rows"] else 0
+        return 1 if acc["lost"] or acc["extra_rows"] or acc["duplicate_rows"] else 0
     if args.ramp_s is None:
         args.ramp_s = max(5.0, args.devices / 250)  # TLS handshakes: ~250/s leave the CPU for the rest
     with tempfile.TemporaryDirectory(prefix="mqbatch-bench-fleet-") as tmp:
@@ -750,17 +757,36 @@ def bench_fleet(args: argparse.Namespace) -> int:
         print(line)
     print(f"plot: {fig['plot']}")
     write_result(args, "fleet", fig)
-    tot = fig["device_totals"]
-    bad = fig["lost"] or fig["extra_rows"] or tot["dropped"] or tot["outbox"]
+    bad = problems(fig)
     if bad:
-        print(
-            f"bench fleet: FAILED: {fig['lost']:,} records lost (first devices: {fig['lost_devices']}), "
-            f"{fig['extra_rows']:,} rows no device stored, {tot['dropped']:,} dropped on devices, "
+        print("bench fleet: FAILED: " + "; ".join(bad), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def problems(fig: dict) -> list[str]:
+    """What makes a fleet run fail (exit 1), one phrase each: a record lost, a row no device
+    stored, a record in records/ twice (a resend the job did not drop), a record dropped on a
+    device or never acked end to end."""
+    tot = fig["device_totals"]
+    found = [
+        (fig["lost"], f"{fig['lost']:,} records lost (first devices: {fig['lost_devices']})"),
+        (fig["extra_rows"], f"{fig['extra_rows']:,} rows no device stored"),
+        (fig["duplicate_rows"], f"{fig['duplicate_rows']:,} records in records/ more than once"),
+        (tot["dropped"], f"{tot['dropped']:,} dropped on devices"),
+        (
+            tot["outbox"],
             f"{tot['outbox']:,} never acked end to end (left in the device outboxes: a device would keep "
             "them on flash and send them again, until its outbox is full)",
-            file=sys.stderr,
-        )
-    return 1 if bad else 0
+        ),
+    ]
+    return [text for n, text in found if n]
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: a fraction from 0 to 1")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -799,6 +825,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="start the streaming job with --no-warm-up (its first micro-batches then pay the cold JVM)",
     )
     p.add_argument("--ack-timeout", type=float, default=30.0, help="s before an unacked batch is sent again")
+    p.add_argument(
+        "--cut-after",
+        type=_fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="lose a device's connection (no DISCONNECT) within 1 s after this fraction of its PUBLISHes "
+        "(default 0): it reconnects and publishes its outbox again, so records/ must drop the copies",
+    )
     p.add_argument("--ramp-s", type=float, default=None, help="connections spread over this long (default N/250 s)")
     p.add_argument("--drain-s", type=float, default=120.0, help="most s to wait for the outboxes to empty")
     p.add_argument(

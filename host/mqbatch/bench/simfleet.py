@@ -9,6 +9,12 @@ properties, QoS 1, over its own TLS connection to Mosquitto (its own account: cl
 its outbox only when an end-to-end ack covers it (mqbatch.ingest.e2eack); a batch not
 acked within `ack_timeout` s is published again, and all of them after a reconnect.
 
+Lost connections (`cut_after`, `bench fleet --cut-after`): after that fraction of its
+new PUBLISHes a device aborts its connection (no DISCONNECT, as a board whose Wi-Fi drops)
+at a random moment within `cut_within_s` of it, reconnects after its back-off and publishes its
+whole outbox again. A batch the recorder landed whose end-to-end ack the cut lost is
+then landed twice: the resends the streaming job must drop from records/.
+
 Accounting per device: stored (records appended to the outbox), published (records in
 batches sent at least once), republished (records sent again), acked (records an
 end-to-end ack covered), outbox (records not yet acked), dropped (outbox full: the
@@ -120,6 +126,8 @@ class SimOptions:
     ramp_s: float = 10.0  # connections spread over this long
     max_outbox: int = 100_000  # records; beyond it the oldest batch is dropped (counted)
     e2e: bool = True  # False: no batch-seq, a batch leaves the outbox on its PUBACK (the cost baseline)
+    cut_after: float = 0.0  # fraction of PUBLISHes after which the connection is lost (module docstring)
+    cut_within_s: float = 1.0  # ... that long after the PUBLISH at most (uniform)
 
 
 COUNTERS = (
@@ -136,6 +144,7 @@ COUNTERS = (
     "disconnects",
     "connect_errors",
     "ack_msgs",
+    "cuts",
 )
 
 
@@ -207,6 +216,19 @@ class Device:
         n = last - first + 1
         self.stats["republished" if sent is not None else "published"] += n
         entry[3] = time.monotonic()
+        # only after a new batch: cuts after the resends of a reconnect would cut every one
+        if sent is None and self.o.cut_after and self.rng.random() < self.o.cut_after:
+            asyncio.get_running_loop().call_later(self.rng.random() * self.o.cut_within_s, self._cut, self.writer)
+
+    def _cut(self, writer: asyncio.StreamWriter) -> None:
+        """Lose the connection `writer` (if it is still the current one): no DISCONNECT, the
+        socket closed at once; nothing more is sent on it, run_connection's read fails and
+        it reconnects."""
+        if writer is self.writer:
+            self.stats["cuts"] += 1
+            self.writer = None
+            self.connected.clear()
+            writer.transport.abort()
 
     def resend_due(self, now: float) -> None:
         for first, entry in list(self.outbox.items()):
