@@ -22,7 +22,9 @@ def test_bench_all_quick_runs_every_target_and_prints_figures(bench_all_quick):
         "\\(b\\) from_json\\+explode",
         "\\(c\\) full batch job",
     ):
-        assert re.search(rf"^{what}.*: {n} records/s \[{n}-{n}\]", text, re.M), what
+        assert re.search(
+            rf"^{what}.*: {n} records/s \[{n}-{n}\] \({n} s \[{n}-{n}\]\); machine CPU {n} \[{n}\.\.{n}\] s", text, re.M
+        ), what
     assert re.search(rf"^ratio \(a\)/\(b\) records/s, medians of this run: {n}$", text, re.M), text
     device = text[text.index("== mqbatch bench device") : text.index("== mqbatch bench ingest")]
     assert re.search(r"\d", device), device

@@ -1,5 +1,6 @@
 """`mqbatch bench resend` (issue 24): one streaming micro-batch over a history, without a
-copy, with a PUBLISH of 15 s before sent again, and with an old one sent again. The instrument checks every micro-batch's count of new records:
+copy, with a PUBLISH of 15 s before sent again, of half the history back, and with the
+oldest one sent again. The instrument checks every micro-batch's count of new records:
 a look-back that misses the copy makes the run fail (shown here by one whose suspects are
 always none, in the same process after a good run)."""
 
@@ -49,15 +50,17 @@ def test_bench_resend_times_both_kinds_and_fails_when_a_copy_is_missed(tmp_path)
         r"history (\d+) micro-batches, ([\d,]+) records of 40 devices .*\n"
         r"    no record may be a copy: ([\d.]+) .*\n"
         r"    \+ one PUBLISH of 15 s before sent again: ([\d.]+) .*\n"
+        r"    \+ one PUBLISH of half the history before \(\d+ min or more\) sent again: ([\d.]+) .*\n"
         r"    \+ one PUBLISH of micro-batch (\d+) sent again: ([\d.]+) ",
         out,
     )
     # (the timed micro-batches of a point are history for the next)
-    assert [(p[0], p[1], p[4]) for p in points] == [("2", "120", "0"), ("5", "300", "0")], out
+    assert [(p[0], p[1], p[5]) for p in points] == [("2", "120", "0"), ("6", "360", "0")], out
     figures = json.loads((tmp_path / "resend.json").read_text())["figures"]
-    assert [p["history_batches"] for p in figures["points"]] == [2, 5]
+    assert [p["history_batches"] for p in figures["points"]] == [2, 6]
     for p in figures["points"]:
-        assert len(p["no_copy_s"]) == len(p["recent_resend_s"]) == len(p["old_resend_s"]) == 1, p
+        assert len(p["no_copy_s"]) == len(p["recent_resend_s"]) == len(p["half_history_resend_s"]) == 1, p
+        assert len(p["old_resend_s"]) == 1, p
     broken = re.search(r"BROKEN EXIT (.*)", out)
     assert broken, out  # the run with a look-back that never looks must not pass
     assert "copies) said" in broken.group(1) and "expected" in broken.group(1), broken.group(1)

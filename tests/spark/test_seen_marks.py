@@ -1,6 +1,7 @@
 """The seen state's marks (mqbatch.spark.seen): every minute of landing time a micro-batch
 notes, per (device, boot), the highest seq taken before it, so that a resend of newer seqs
-looks back from that batch on instead of over the whole watermark. Pure Arrow, no Spark."""
+looks back from that batch on instead of over the whole watermark; the older marks are
+thinned binary-wise so that eight reach past an hour. Pure Arrow, no Spark."""
 
 from __future__ import annotations
 
@@ -43,9 +44,52 @@ def test_a_mark_is_set_once_a_minute_of_landing_time_and_the_older_ones_shift():
     t, marks = seen.refreshed(t, marks, 5, 1_000 + MIN)
     assert marks == ((5, 1_000 + MIN), (3, 1_000))
     assert (t.column("mark0_seq").to_pylist(), t.column("mark1_seq").to_pylist()) == ([14], [9])
-    for k in range(2, 5):  # at most MARKS: the oldest goes
-        t, marks = seen.refreshed(t, marks, 5 + k, 1_000 + k * MIN)
-    assert [b for b, _ in marks] == [9, 8, 7] and len(seen.MARK_COLUMNS) == len(marks) == seen.MARKS
+    assert len(seen.MARK_COLUMNS) == seen.MARKS and t.schema.equals(seen.SCHEMA)
+
+
+def _minutes(n: int, start: int = 1):
+    """refreshed once a minute for n minutes, the state's max_seq = the minute (one device,
+    a record a minute): yields (minute, state, marks) after each."""
+    t, marks = state([("a", 1, 0, 0)]), ()
+    for minute in range(start, start + n):
+        t = seen.merged(t, batch([("a", 1, minute, minute, minute * MIN)]), 0)
+        t, marks = seen.refreshed(t, marks, minute, minute * MIN)  # batch id = minute
+        yield minute, t, marks
+
+
+def test_the_marks_reach_past_an_hour_and_a_resend_reads_at_most_three_times_its_age():
+    """Eight marks thinned binary-wise: after the first two hours, at every minute there is a
+    mark 64 minutes old or older (the default watermark is an hour), and a resend of a record
+    first landed m minutes ago (1 <= m <= 60) finds a mark at most 3m old (that much history
+    read instead of the hour). The instrument: marks shifted down every minute (the three
+    of before, or eight) reach 2 or 7 minutes back and fail the first condition."""
+    for minute, _t, marks in _minutes(400):
+        if minute < 128:
+            continue
+        ages = [minute - b for b, _us in marks]
+        assert ages == sorted(ages) and len(marks) == seen.MARKS, (minute, ages)
+        assert ages[-1] >= 64, (minute, ages)
+        for m in range(1, 61):
+            assert min(a for a in ages if a >= m) <= 3 * m, (minute, m, ages)
+
+
+def test_each_mark_column_moves_with_its_mark():
+    """A mark (batch id, landed us) and its seq column go together: the seq noted for each
+    mark is the state's max_seq when that mark was made (here, its minute). The instrument:
+    thinning the marks but shifting the columns down every minute (or the other way round)
+    pairs a mark with another minute's seqs."""
+    for minute, t, marks in _minutes(300, start=37):
+        row = [t.column(c)[0].as_py() for c in seen.MARK_COLUMNS[: len(marks)]]
+        assert row == [b for b, _us in marks], minute
+        assert all(t.column(c)[0].as_py() is None for c in seen.MARK_COLUMNS[len(marks) :]), minute
+    # idle minutes (no micro-batch) skip ticks: the marks stay ordered and paired
+    t, marks = state([("a", 1, 0, 0)]), ()
+    for minute in (1, 2, 5, 6, 7, 19, 20, 64, 65, 66, 200, 201, 202, 203):
+        t = seen.merged(t, batch([("a", 1, minute, minute, minute * MIN)]), 0)
+        t, marks = seen.refreshed(t, marks, minute, minute * MIN)
+        ids = [b for b, _us in marks]
+        assert ids == sorted(ids, reverse=True) and ids[0] == minute, (minute, ids)
+        assert [t.column(c)[0].as_py() for c in seen.MARK_COLUMNS[: len(marks)]] == ids, minute
 
 
 def test_a_suspect_looks_back_from_the_newest_mark_below_its_seqs():

@@ -23,13 +23,13 @@ import os
 import pathlib
 import secrets
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from mqbatch.bench.out import spread
 from mqbatch.util.argtypes import non_negative_float
 
 COUNTER = "bench-counter"
@@ -265,8 +265,7 @@ def _stack(tmp: pathlib.Path, save_every_change: bool | None = None):
 
 
 def _fmt(values: list[float], unit: str, spec: str = ",.0f") -> str:
-    v = sorted(values)
-    return f"{statistics.median(v):{spec}}{' ' + unit if unit else ''} [{v[0]:{spec}}-{v[-1]:{spec}}]"
+    return spread(values, spec, unit, "-")
 
 
 def bench_ingest(args: argparse.Namespace) -> int:

@@ -130,6 +130,21 @@ def load_results(out: pathlib.Path) -> dict[str, dict]:
     return {t: json.loads((out / f"{t}.json").read_text()) for t in TARGETS if (out / f"{t}.json").is_file()}
 
 
-def spread(values: list[float], fmt: str) -> str:
-    """median [min..max] of values, each formatted with fmt."""
-    return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}..{format(max(values), fmt)}]"
+def machine_busy_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot, all cores and processes (user,
+    nice, system, irq, softirq, steal: /proc/stat less idle and iowait); None off Linux. The
+    difference over a run is the CPU the run cost when nothing else runs, the JVM, its Python
+    workers and the driver together, where a process's own counter sees only itself."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def spread(values: list[float], fmt: str, unit: str = "", sep: str = "..") -> str:
+    """`median[ unit] [min<sep>max]` of values, each formatted with fmt (the benchmarks'
+    one way of giving a repeated figure: bench device, wire, resend, ingest, the report)."""
+    lo, mid, hi = (format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+    return f"{mid}{' ' + unit if unit else ''} [{lo}{sep}{hi}]"

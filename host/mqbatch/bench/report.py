@@ -14,7 +14,7 @@ from __future__ import annotations
 import pathlib
 import statistics
 
-from mqbatch.bench.out import load_results
+from mqbatch.bench.out import load_results, spread
 
 DEVICE_TARGET_US = 10.0  # issue 15: RecordWriter.sample, 38-byte record, Unix port
 INGEST_TARGET_RATIO = 0.90  # issue 24: recorder >= 90 % of the counting subscriber, final roll included
@@ -31,7 +31,7 @@ def _med(values) -> float:
 
 
 def _spread(values, spec: str = ",.0f") -> str:
-    return f"{_med(values):{spec}} [{min(values):{spec}}–{max(values):{spec}}]"
+    return spread(values, spec, sep="–")
 
 
 def _provenance(r: dict) -> str:
@@ -437,11 +437,13 @@ def _spark_section(r: dict) -> list[str]:
         "",
         _provenance(r),
         "",
-        "| measurement | records/s, median [min–max] |",
-        "|---|--:|",
+        "| measurement | records/s, median [min–max] | machine CPU s (all processes), median [min–max] |",
+        "|---|--:|--:|",
     ]
+    cpu = f.get("machine_cpu_seconds") or {}
     for name, secs in f["seconds"].items():
-        out.append(f"| {name} | {_spread([n / s for s in secs])} |")
+        busy = _spread(cpu[name], ".2f") if cpu.get(name) else "not recorded"
+        out.append(f"| {name} | {_spread([n / s for s in secs])} | {busy} |")
     path = {True: "on", False: "off (no JDK, or a session without its jar)"}.get(f.get("jvm_fast_path"), "not recorded")
     ratios = []
     if f.get("ratio_a_over_b") is not None:

@@ -9,9 +9,11 @@ of 10 gives); --history files go through the stream's own process_batch first. T
 - new records only;
 - new records and one PUBLISH of the file 15 s before sent again (the usual resend: a
   PUBACK lost to a reconnect);
-- new records and one PUBLISH of micro-batch 0 sent again (older than every mark of the
-  seen state once the history spans more than 3 minutes of landing time, 36 files:
-  mqbatch.spark.seen).
+- new records and one PUBLISH of the micro-batch half the history back sent again (a
+  device back after an outage whose last ack was lost: the seen state's marks say from which
+  batch on to read, mqbatch.spark.seen);
+- new records and one PUBLISH of micro-batch 0 sent again (no mark is older: the whole
+  history is read, the worst case).
 With a list of history lengths, the same at each. Timed: process_batch of that one file,
 from its start to its commit, report.json not recomputed (the stream under
 --report-seconds). Every micro-batch is checked: its new records are the file's records
@@ -144,18 +146,22 @@ def bench_resend(args: argparse.Namespace) -> int:
                 history, before = sum(fleet.seqs), k
                 plain: list[tuple[float, float]] = []
                 recent: list[tuple[float, float]] = []
+                half: list[tuple[float, float]] = []
                 old: list[tuple[float, float]] = []
                 for _ in range(args.repeat):  # in turn, so that all kinds see the same JVM and history
                     plain.append(micro_batch(k))
                     recent.append(micro_batch(k + 1, resend_of=k - 2))  # sent 15 s before
-                    old.append(micro_batch(k + 2, resend_of=0))
-                    k += 3
+                    half.append(micro_batch(k + 2, resend_of=(k + 2) // 2))
+                    old.append(micro_batch(k + 3, resend_of=0))
+                    k += 4
                 print(
                     f"  history {before} micro-batches, {history:,} records of {args.devices:,} devices "
                     f"({time.monotonic() - started:.0f} s so far):\n"
                     f"    no record may be a copy: {spread([r[0] for r in plain], '.2f')} s\n"
                     f"    + one PUBLISH of 15 s before sent again: {spread([r[0] for r in recent], '.2f')} s, "
                     f"{_ratio(recent, plain)} of the first line\n"
+                    f"    + one PUBLISH of half the history before ({before // 2 * ROLL_S // 60} min or more) sent "
+                    f"again: {spread([r[0] for r in half], '.2f')} s, {_ratio(half, plain)} of the first line\n"
                     f"    + one PUBLISH of micro-batch 0 sent again: {spread([r[0] for r in old], '.2f')} s, "
                     f"{_ratio(old, plain)} of the first line",
                     flush=True,
@@ -166,10 +172,12 @@ def bench_resend(args: argparse.Namespace) -> int:
                         "history_records": history,
                         "no_copy_s": [r[0] for r in plain],
                         "recent_resend_s": [r[0] for r in recent],
+                        "half_history_resend_s": [r[0] for r in half],
                         "old_resend_s": [r[0] for r in old],
                         "readable_s": {
                             "no_copy": [r[1] for r in plain],
                             "recent_resend": [r[1] for r in recent],
+                            "half_history_resend": [r[1] for r in half],
                             "old_resend": [r[1] for r in old],
                         },
                     }

@@ -273,19 +273,25 @@ def bench_spark(args: argparse.Namespace) -> int:
         ]
         if args.whole:
             measured = measured[-2:]
+        cpu: dict = {}
         for name, fn in measured:
-            times, cold = [], []
+            times, cold, busy = [], [], []
             for rep in range(-args.warmup, args.repeat):  # the warm-up runs (JIT, codegen) are not counted
                 group = f"bench-{name[:3]}-{rep}"
                 spark.sparkContext.setJobGroup(group, name)
-                t = time.monotonic()
+                c, t = bench_out.machine_busy_s(), time.monotonic()
                 fn()
                 (cold if rep < 0 else times).append(time.monotonic() - t)
+                if rep >= 0 and c is not None:
+                    busy.append(bench_out.machine_busy_s() - c)
             results[name] = times
             warmups[name] = cold
+            cpu[name] = busy
             jobs, stages, tasks = _spark_work(spark, group)
             print(
-                f"{name}: {_summary(times, n)}; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks"
+                f"{name}: {_summary(times, n)}"
+                + (f"; machine CPU {bench_out.spread(busy, '.2f')} s" if busy else "")
+                + f"; last run: {jobs} Spark jobs, {stages} stages, {tasks} tasks"
                 + (
                     f"; warm-up run{'s' if len(cold) > 1 else ''} {', '.join(f'{c:.2f}' for c in cold)} s"
                     if cold
@@ -312,6 +318,7 @@ def bench_spark(args: argparse.Namespace) -> int:
             "warmup_seconds": warmups,
             "jvm_fast_path": fast_path,
             "seconds": results,
+            "machine_cpu_seconds": cpu,
             "ratio_a_over_b": None if args.whole else b / a,
             "ratio_c_over_d": d / c,
             "cold_seconds": cold,

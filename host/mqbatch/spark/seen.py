@@ -15,8 +15,9 @@ committed batch on (a resend of recent seqs reads recent files only).
 The state is one small Parquet file per commit, written staged and moved with the batch's
 outputs (`_seen/bN-seen.parquet`, private like them); the newest committed one is read, the
 older ones deleted after the commit. It holds a row per (device, boot) that landed within the
-watermark (about one per device: 10,000 devices, 68 kB; the marks' three columns added 12 kB
-to a synthetic one of 140 kB) and is exact from the commit's
+watermark (about one per device: 10,000 devices, 68 kB before the marks; a synthetic one of
+10,000 devices with random seqs is 153 kB without marks, 204 kB with three, 288 kB with the
+eight of now) and is exact from the commit's
 SEEN_FROM (`seen_from_us`) on: every valid arrival the committed batches took that landed at
 or after it is covered. A batch whose look-back reaches further back (a late file), or the
 first batch after an older mqbatch committed (no SEEN_FROM), looks back and builds the state
@@ -38,10 +39,13 @@ SEEN_MARKS = "seen_marks"  # in a commit: its state's marks, [[batch id, landed 
 EVERYTHING = -(1 << 62)  # SEEN_FROM of a state that has seen every arrival (the first batch's)
 NAME = "seen.parquet"  # the state's file in a batch's staging directory (stream._move_staged tags it)
 # Marks: every MARK_EVERY_US of landing time a micro-batch N notes, per (device, boot), the
-# highest seq the committed batches took before it (mark0_seq; the older marks shift down).
-# So every arrival of that (device, boot) with a higher seq is in batch N or later: a resend
-# of seqs above it looks back from batch N on, not over the whole watermark (suspects).
-MARKS = 3
+# highest seq the committed batches took before it (mark0_seq). So every arrival of that
+# (device, boot) with a higher seq is in batch N or later: a resend of seqs above it looks back
+# from batch N on, not over the whole watermark (suspects). The older marks are thinned out
+# binary-wise (refreshed): mark k is about 2^(k-1) to 2^k minutes old, so the eight reach
+# 64-127 minutes back (past the default watermark of an hour) and a resend of a record that
+# first landed m minutes ago reads at most about 3m minutes of history.
+MARKS = 8
 MARK_EVERY_US = 60_000_000
 MARK_COLUMNS = [f"mark{i}_seq" for i in range(MARKS)]  # null: no arrival before that mark
 SCHEMA = pa.schema(
@@ -163,17 +167,32 @@ def refreshed(state: pa.Table, marks: tuple, batch_id: int, first_us: int) -> tu
     """The state and marks as micro-batch batch_id (its earliest landed row at first_us) sees
     them: when MARK_EVERY_US have passed since the newest mark (or there is none), a new
     mark (batch_id, first_us) whose seq per (device, boot) is the state's max_seq (every
-    arrival the committed batches took within the state is at or below it), the older marks
-    shifted down, the oldest dropped. Else as they were."""
+    arrival the committed batches took within the state is at or below it). Else as they were.
+
+    The older marks are thinned binary-wise: with n the minute (first_us // MARK_EVERY_US) of
+    the new mark and p that of the newest before it, slot k >= 1 takes the mark of slot k-1
+    when n and p differ in n >> (k-1) (slot 1 every minute, slot 2 every other, slot 3 every
+    fourth, ...), else keeps its own; the mark of the last slot that is not taken drops out.
+    A mark and its seq column always move together, so each mark stays what it says. Set
+    slots are a prefix (a slot only ever takes the one before it), as marks_of expects."""
     state = with_marks(state)
     if marks and first_us - int(marks[0][1]) < MARK_EVERY_US:
         return state, marks
-    columns = {f.name: state.column(f.name) for f in SCHEMA}
-    shifted = [columns["max_seq"]] + [columns[c] for c in MARK_COLUMNS[:-1]]
+    n = first_us // MARK_EVERY_US
+    p = int(marks[0][1]) // MARK_EVERY_US if marks else None
+    old_marks = list(marks)[:MARKS] + [None] * (MARKS - min(len(marks), MARKS))
+    columns = [state.column("max_seq")]  # slot 0: the new mark
+    new_marks = [(int(batch_id), int(first_us))]
+    for k in range(1, MARKS):
+        takes = p is None or (n >> (k - 1)) != (p >> (k - 1))
+        columns.append(state.column(MARK_COLUMNS[k - 1 if takes else k]))
+        new_marks.append(old_marks[k - 1 if takes else k])
+    kept = tuple(m for m in new_marks if m is not None)
     table = pa.table(
-        [columns["device"], columns["boot"], columns["max_seq"], columns["last_us"], *shifted], schema=SCHEMA
+        [state.column("device"), state.column("boot"), state.column("max_seq"), state.column("last_us"), *columns],
+        schema=SCHEMA,
     )
-    return table, ((int(batch_id), int(first_us)),) + tuple(marks)[: MARKS - 1]
+    return table, kept
 
 
 def merged(state: pa.Table, batch: pa.Table, since_us: int) -> pa.Table:
