@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 from mqbatch_testing import VENV_BIN, run_bench
+from mqbatch_testing.bench import landed_batches
 
 
 def _table(rows):
@@ -98,8 +100,8 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
         "3",
         "--report-seconds",  # micro-batches after the first write rows and commits only
         "30",
-        "--cut-after",  # lost connections: resends the streaming job must drop
-        "0.3",
+        "--cut-after",  # lost connections: resends the streaming job must drop (some land as copies)
+        "1",
         "--run-dir",
         str(run),
         "--out",
@@ -114,17 +116,29 @@ def test_bench_fleet_smoke_loses_nothing_and_check_sees_a_deleted_file(tmp_path)
     assert f["lost"] == 0 and f["stored"] >= 10 and f["found"] == f["stored"]
     assert f["device_totals"]["acked"] == f["stored"] and f["broker_connections_max"] >= 20
     assert f["device_totals"]["cuts"] > 0 and f["device_totals"]["republished"] > 0 and f["duplicate_rows"] == 0
+    landed = landed_batches(run / "landing")  # copies landed: the job had some to drop
+    assert sum(n - 1 for n in landed.values()) > 0, f["device_totals"]
     assert (tmp_path / "fleet.png").stat().st_size > 10_000
 
     # the same run, one records/ file gone: --check must count what it held as lost and exit 1
     files = sorted((run / "spark-out" / "records").rglob("*.parquet"))
     assert files
-    files[0].unlink()
+    aside = run / "aside.parquet"
+    files[0].rename(aside)
     proc = subprocess.run(
         [str(VENV_BIN / "mqbatch"), "bench", "fleet", "--check", str(run)], capture_output=True, text=True, timeout=120
     )
     m = re.search(r"LOST ([\d,]+)", proc.stdout)
     assert proc.returncode == 1 and m and int(m.group(1).replace(",", "")) > 0, proc.stdout + proc.stderr
+
+    # the file back, and one written twice (its rows in records/ twice, none lost): exit 1 too
+    aside.rename(files[0])
+    shutil.copy(files[0], files[0].with_name("copy-" + files[0].name))
+    proc = subprocess.run(
+        [str(VENV_BIN / "mqbatch"), "bench", "fleet", "--check", str(run)], capture_output=True, text=True, timeout=120
+    )
+    m = re.search(r"LOST ([\d,]+).*duplicate rows ([\d,]+)", proc.stdout)
+    assert proc.returncode == 1 and m and m.group(1) == "0" and m.group(2) != "0", proc.stdout + proc.stderr
 
 
 @pytest.mark.fast

@@ -1,11 +1,25 @@
 """The shared `mqbatch bench all --quick` run of tests/bench (fixture `bench_all_quick`,
-tests/bench/conftest.py)."""
+tests/bench/conftest.py), and what a fleet run landed (landed_batches)."""
 
 from __future__ import annotations
 
+import collections
 import pathlib
 import re
 from dataclasses import dataclass
+
+
+def landed_batches(landing: pathlib.Path) -> collections.Counter:
+    """(topic, batch-seq) of every PUBLISH landed in `landing`'s Parquet files, counted: a
+    count above 1 is a copy (a batch sent again after a lost connection, landed twice)."""
+    import pyarrow.parquet as pq
+
+    seen: collections.Counter = collections.Counter()
+    for f in sorted(landing.rglob("*.parquet")):
+        t = pq.read_table(f, columns=["topic", "user_properties"])
+        for topic, props in zip(t.column("topic").to_pylist(), t.column("user_properties").to_pylist()):
+            seen[(topic, next(p["value"] for p in props if p["key"] == "batch-seq"))] += 1
+    return seen
 
 
 @dataclass

@@ -132,15 +132,17 @@ def load_results(out: pathlib.Path) -> dict[str, dict]:
 
 def machine_busy_s() -> float | None:
     """CPU seconds the whole machine has spent busy since boot, all cores and processes (user,
-    nice, system, irq, softirq, steal: /proc/stat less idle and iowait); None off Linux. The
+    nice, system, irq, softirq of /proc/stat; not idle, iowait, nor steal, which is time the
+    hypervisor gave to others; guest time is within user); None off Linux. The
     difference over a run is the CPU the run cost when nothing else runs, the JVM, its Python
     workers and the driver together, where a process's own counter sees only itself."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+        user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    except (OSError, ValueError):  # (a short line: too few values to unpack)
         return None
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def spread(values: list[float], fmt: str, unit: str = "", sep: str = "..") -> str:

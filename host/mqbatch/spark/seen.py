@@ -16,8 +16,8 @@ The state is one small Parquet file per commit, written staged and moved with th
 outputs (`_seen/bN-seen.parquet`, private like them); the newest committed one is read, the
 older ones deleted after the commit. It holds a row per (device, boot) that landed within the
 watermark (about one per device: 10,000 devices, 68 kB before the marks; a synthetic one of
-10,000 devices with random seqs is 153 kB without marks, 204 kB with three, 288 kB with the
-eight of now) and is exact from the commit's
+10,000 devices, max_seq random in 3,000..4,000 and mark k about 60 * 2^k below it, is 153 kB
+without marks, 204 kB with three, 288 kB with the eight of now) and is exact from the commit's
 SEEN_FROM (`seen_from_us`) on: every valid arrival the committed batches took that landed at
 or after it is covered. A batch whose look-back reaches further back (a late file), or the
 first batch after an older mqbatch committed (no SEEN_FROM), looks back and builds the state
@@ -43,7 +43,7 @@ NAME = "seen.parquet"  # the state's file in a batch's staging directory (stream
 # (device, boot) with a higher seq is in batch N or later: a resend of seqs above it looks back
 # from batch N on, not over the whole watermark (suspects). The older marks are thinned out
 # binary-wise (refreshed): mark k is about 2^(k-1) to 2^k minutes old, so the eight reach
-# 64-127 minutes back (past the default watermark of an hour) and a resend of a record that
+# about 64-127 minutes back (past the default watermark of an hour) and a resend of a record that
 # first landed m minutes ago reads at most about 3m minutes of history.
 MARKS = 8
 MARK_EVERY_US = 60_000_000
@@ -172,7 +172,8 @@ def refreshed(state: pa.Table, marks: tuple, batch_id: int, first_us: int) -> tu
     The older marks are thinned binary-wise: with n the minute (first_us // MARK_EVERY_US) of
     the new mark and p that of the newest before it, slot k >= 1 takes the mark of slot k-1
     when n and p differ in n >> (k-1) (slot 1 every minute, slot 2 every other, slot 3 every
-    fourth, ...), else keeps its own; the mark of the last slot that is not taken drops out.
+    fourth, ...), else keeps its own: slots 1..T take (T: the lowest k that does not, less
+    one) and the old mark of slot T drops out.
     A mark and its seq column always move together, so each mark stays what it says. Set
     slots are a prefix (a slot only ever takes the one before it), as marks_of expects."""
     state = with_marks(state)
