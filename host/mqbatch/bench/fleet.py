@@ -12,11 +12,12 @@ the whole streaming pipeline, and what it costs.
 
 Figures: records/s stored by the devices and readable in records/; records lost (every
 record a device stored, by (device, boot, seq), against records/ after draining: must be
-0, and no record may be in records/ twice, else the exit status is 1); time to table = when a row was first seen readable in
-records/ minus the sampling time its device recorded for it (p50/p99 over the records
-sampled after the connection ramp); device -> recorder receive (the job's latency_ms:
-received_at - device time) as a second, separately labelled figure; recorder CPU and
-RSS, broker established connections and RSS (from /proc); a PNG of all of it over time.
+0, and no record may be in records/ twice, else the exit status is 1); time to table =
+when a row was first seen readable in records/ minus the sampling time its device
+recorded for it (p50/p99 over the records sampled after the connection ramp); device ->
+recorder receive (the job's latency_ms: received_at - device time) as a second, separately
+labelled figure; recorder CPU and RSS, broker established connections and RSS (from
+/proc); a PNG of all of it over time.
 
 The run directory keeps accounting.json, samples-*.npz and records/; `--check RUN_DIR`
 recomputes lost and time to table from them (the loss check's own test deletes a
@@ -830,7 +831,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_fraction,
         default=0.0,
         metavar="FRACTION",
-        help="lose a device's connection (no DISCONNECT) within 1 s after this fraction of its PUBLISHes "
+        help="lose a device's connection (no DISCONNECT) within 1 s after this fraction of its new PUBLISHes "
         "(default 0): it reconnects and publishes its outbox again, so records/ must drop the copies",
     )
     p.add_argument("--ramp-s", type=float, default=None, help="connections spread over this long (default N/250 s)")

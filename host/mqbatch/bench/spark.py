@@ -279,11 +279,11 @@ def bench_spark(args: argparse.Namespace) -> int:
             for rep in range(-args.warmup, args.repeat):  # the warm-up runs (JIT, codegen) are not counted
                 group = f"bench-{name[:3]}-{rep}"
                 spark.sparkContext.setJobGroup(group, name)
-                c, t = bench_out.machine_busy_s(), time.monotonic()
+                busy_before, t = bench_out.machine_busy_s(), time.monotonic()
                 fn()
                 (cold if rep < 0 else times).append(time.monotonic() - t)
-                if rep >= 0 and c is not None:
-                    busy.append(bench_out.machine_busy_s() - c)
+                if rep >= 0 and busy_before is not None:
+                    busy.append(bench_out.machine_busy_s() - busy_before)
             results[name] = times
             warmups[name] = cold
             cpu[name] = busy
