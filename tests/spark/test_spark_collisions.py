@@ -384,3 +384,36 @@ def test_a_recent_resend_looks_back_from_a_mark_an_old_one_over_the_watermark(sp
     # marks of batches 6, 4, 2, 0 made; the one of batch 2 thinned out (seen.refreshed: its
     # minute and batch 6's differ in the last bit only, so slot 2 kept batch 0's)
     assert [b for b, _ in commit["seen_marks"]] == [6, 4, 0]
+
+
+def test_the_look_back_lists_its_files_without_a_spark_job(spark, tmp_path, monkeypatch):
+    """Spark lists more than 32 paths with a Spark job of a task per path (0.57 s for 128 on 2
+    cores); the look-back's files are local, so _earlier_copies lists them on the driver: no
+    Spark job runs while it builds its DataFrame from 40 files, and the session's setting is
+    as it was after. The instrument: the same read outside _listed_here runs one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mqbatch.spark import stream
+
+    files = []
+    for i in range(40):
+        path = tmp_path / f"b{i:010d}-part.parquet"
+        pq.write_table(pa.table({"device": ["dev-a"], "boot": [1], "seq": [i]}), path)
+        files.append(str(path))
+    monkeypatch.setattr(stream, "_look_back", lambda out, since_us, from_batch=0: (files, []))
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_of(group, build):
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            df = build()
+        finally:
+            spark.sparkContext.setJobGroup("", "")
+        return df, list(tracker.getJobIdsForGroup(group))
+
+    before = spark.conf.get(stream.PARALLEL_LISTING)
+    df, jobs = jobs_of("look-back-listing", lambda: stream._earlier_copies(spark, tmp_path, 0))
+    assert jobs == [] and spark.conf.get(stream.PARALLEL_LISTING) == before
+    _, plain = jobs_of("plain-listing", lambda: spark.read.parquet(*files))
+    assert plain, "a read of 40 paths ran no listing job: the test no longer shows what it guards"
