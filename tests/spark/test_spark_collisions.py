@@ -409,11 +409,13 @@ def test_the_look_back_lists_its_files_without_a_spark_job(spark, tmp_path, monk
         try:
             df = build()
         finally:
-            spark.sparkContext.setJobGroup("", "")
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         return df, list(tracker.getJobIdsForGroup(group))
 
     before = spark.conf.get(stream.PARALLEL_LISTING)
     df, jobs = jobs_of("look-back-listing", lambda: stream._earlier_copies(spark, tmp_path, 0))
     assert jobs == [] and spark.conf.get(stream.PARALLEL_LISTING) == before
-    _, plain = jobs_of("plain-listing", lambda: spark.read.parquet(*files))
+    # the control: the same read (a given schema, so no job infers one) outside _listed_here
+    schema = "device string, boot bigint, seq bigint"
+    _, plain = jobs_of("plain-listing", lambda: spark.read.schema(schema).parquet(*files))
     assert plain, "a read of 40 paths ran no listing job: the test no longer shows what it guards"
