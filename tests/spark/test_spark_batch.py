@@ -110,16 +110,28 @@ def _definition(spark, landing, opts):
     return report, recs, pipeline.quarantine(decoded)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case):
-    from mqbatch.spark import RECORD_COLUMNS, JobOptions, run_batch
+FLAGGED = "decode and flag copies (to staging)"  # run_batch's step when the decode pass flags the copies
 
+
+@pytest.mark.parametrize("flagged", [False, True], ids=["keys apart", "flagged while decoding"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case, flagged, monkeypatch):
+    """Both ways of de-duplicating: the keys apart (few devices), and the copies flagged in the
+    decode pass (pipeline.flags_in_decode; with rows the Python decoders take, the keys apart
+    after all)."""
+    from mqbatch.spark import RECORD_COLUMNS, JobOptions, pipeline, run_batch
+
+    monkeypatch.setattr(pipeline, "TOPICS_PER_PARTITION", 0 if flagged else 10**9)
     rows, options = CASES[case]
     landing = tmp_path / "landing"
     write_rows(landing, rows())
     opts = JobOptions(reorder_window=2, **options)
-    got = run_batch(spark, str(landing), str(tmp_path / "out"), opts)
+    seconds: dict = {}
+    got = run_batch(spark, str(landing), str(tmp_path / "out"), opts, seconds)
     want, want_records, want_quarantine = _definition(spark, str(landing), opts)
+    python_rows = case in ("quarantined", "json", "partial", "no received_at")  # rows the fast path does not take
+    assert (FLAGGED in seconds) == (flagged and case != "empty"), seconds  # (no topic in an empty file)
+    assert ("deduplicate (keys)" in seconds) == (not flagged or python_rows or case == "empty"), seconds
 
     assert got.pop("skipped_landing_entries") == {"count": 0, "by_reason": {}, "entries": []}
     assert got == want
@@ -166,3 +178,37 @@ def test_a_rerun_over_other_dates_replaces_records(spark, tmp_path, overwrite):
     assert day1 and day4 and not set(day4) & set(day1), (day1, day4)
     assert spark.read.parquet(str(out / "records")).count() == got["records"]["unique"] == 13
     assert not (out / "_staging").exists()
+
+
+def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_path):
+    """The flagged staging rows of landed rows shuffled by topic: one Exchange in the plan
+    (that shuffle), none for the window of _dedup_flags. Fails if the window's key does not
+    start with the topic (it would shuffle the decoded rows again)."""
+    from mqbatch.spark import JobOptions, pipeline
+
+    write_rows(tmp_path / "landing", _resend())
+    landed = pipeline.read_landing(spark, str(tmp_path / "landing")).repartition("topic")
+    plans: list[str] = []
+
+    def capture(rows, part):
+        plans.append(pipeline.staged_rows(rows, part, True)._jdf.queryExecution().executedPlan().toString())
+
+    pipeline.job_decode_to(spark, landed, JobOptions(), capture)
+    assert len(plans) == 1 and plans[0].count("Exchange") == 1, plans
+    assert "Window" in plans[0], plans
+
+
+def test_flags_in_decode_wants_topics_for_every_shuffle_partition(spark, monkeypatch):
+    """The decode pass flags the copies only with TOPICS_PER_PARTITION topics per shuffle
+    partition (a few devices would each take a task of that pass)."""
+    from mqbatch.spark import pipeline
+
+    parts = max(int(spark.conf.get("spark.sql.shuffle.partitions")), spark.sparkContext.defaultParallelism)
+    need = pipeline.TOPICS_PER_PARTITION * parts
+
+    def landed(n):
+        return spark.createDataFrame([(f"mqbatch/dev-{i}/telemetry",) for i in range(n)] * 3, "topic string")
+
+    assert pipeline.flags_in_decode(spark, landed(need * 2))
+    assert not pipeline.flags_in_decode(spark, landed(max(1, need // 2)))
+    assert not pipeline.flags_in_decode(spark, spark.createDataFrame([], "topic string"))

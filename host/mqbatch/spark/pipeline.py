@@ -11,9 +11,9 @@
 
 `decoded` is computed once and records/, quarantine/ and the report are derived from it:
 run_batch writes the job's compact decoded rows (job_decode_to: one scan of the landing
-zone when every row takes the fast path) once to OUT/_staging/decoded
-and de-duplicates on the arrival keys only (first_arrivals); the stream persists them per
-micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
+zone when every row takes the fast path) once to OUT/_staging/decoded, with many devices
+the later copies flagged in that pass (flags_in_decode), else de-duplicated on the arrival
+keys only (first_arrivals); the stream persists them per micro-batch. Every Spark SQL step after decode uses null-safe arithmetic (try_*),
 so bad data never fails the job under ANSI mode."""
 
 from __future__ import annotations
@@ -205,6 +205,7 @@ quarantine_rows, record_rows = quarantine, records  # the names before mqbatch.s
 
 CONTENT = "_content"  # the content hash of a valid record (content_hash)
 KEY_FIRST = "_key_first"  # true on one kept record per (device, boot, seq): gaps and order count it
+FIRST = "_first"  # true on the records records/ keeps: the first arrival of each (device, boot, seq, content)
 
 
 def content_hash() -> Column:
@@ -217,17 +218,19 @@ def content_hash() -> Column:
     return F.xxhash64("record_format", "kind", "synced", "device_time", "readings")
 
 
-def _dedup_flags(keyed: DataFrame) -> DataFrame:
+def _dedup_flags(keyed: DataFrame, within: tuple = ()) -> DataFrame:
     """`_first`: the first arrival of its (device, boot, seq, content): the record kept (a later
     arrival of the same content is a duplicate; another content under the same key is a key
     collision, kept too). KEY_FIRST: the first arrival of its (device, boot, seq). One window
     spec, (device, boot, seq) in arrival order, so one sort, as for the key alone: `_first`
     is "no earlier arrival of the key has this content" (the contents of the earlier
-    arrivals, a list of a few values at most: the copies of one record)."""
-    key = Window.partitionBy("device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
+    arrivals, a list of a few values at most: the copies of one record). `within`: columns
+    that the key determines put before it (("topic",): rows already partitioned by topic
+    then need no other shuffle; a device has one topic, mqbatch/<device>/telemetry)."""
+    key = Window.partitionBy(*within, "device", "boot", "seq").orderBy(*ARRIVAL_ORDER)
     earlier = F.collect_list(CONTENT).over(key.rowsBetween(Window.unboundedPreceding, -1))
     return keyed.withColumn(KEY_FIRST, F.row_number().over(key) == 1).withColumn(
-        "_first", F.col(KEY_FIRST) | ~F.array_contains(earlier, F.col(CONTENT))
+        FIRST, F.col(KEY_FIRST) | ~F.array_contains(earlier, F.col(CONTENT))
     )
 
 
@@ -235,7 +238,7 @@ def deduplicate(arrivals: DataFrame) -> DataFrame:
     """The first arrival of each (device, boot, seq, content): true duplicates (a resend, same
     content) removed, key collisions (same key, other content) kept; with KEY_FIRST."""
     flagged = _dedup_flags(arrivals.withColumn(CONTENT, content_hash()))
-    return flagged.where(F.col("_first")).drop("_first", CONTENT)
+    return flagged.where(F.col(FIRST)).drop(FIRST, CONTENT)
 
 
 def record_output(unique: DataFrame) -> DataFrame:
@@ -403,7 +406,7 @@ def build_report(
     keys = None
     if unique is None:
         keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
-        unique = keys.where(F.col("_first"))
+        unique = keys.where(F.col(FIRST))
     try:
         outcomes, boots, latency, released = _collect_together(
             lambda: outcome_counts(decoded),
@@ -623,6 +626,35 @@ def _step(seconds: dict | None, name: str, say=None):
             say(f"{PROGRESS}{name} {took:.1f} s")
 
 
+# The batch job flags the later copies of a record in its decode pass (no step of its own, no
+# anti-join) when it can shuffle the landed rows by topic (a device has one topic) without a
+# task that holds a large part of the data: at least this many topics per shuffle partition.
+TOPICS_PER_PARTITION = 4
+
+
+def flags_in_decode(spark: SparkSession, landed: DataFrame) -> bool:
+    """Whether run_batch flags the copies while it decodes: the landed rows have at least
+    TOPICS_PER_PARTITION topics per shuffle partition (approx_count_distinct: one small job
+    over the topic column). Else each task of that pass would take the data of a few devices
+    (a fleet of 10 on 64 cores would decode with 10): the keys are de-duplicated apart."""
+    parts = max(int(spark.conf.get("spark.sql.shuffle.partitions") or 0), spark.sparkContext.defaultParallelism)
+    topics = landed.agg(F.approx_count_distinct("topic").alias("n")).collect()[0]["n"]
+    return bool(topics) and topics >= TOPICS_PER_PARTITION * parts
+
+
+def staged_rows(rows: DataFrame, part: int, flagging: bool) -> DataFrame:
+    """The rows run_batch stages of decode part `part` (decode_to): with their content hash
+    (CONTENT, taken while the readings are at hand: de-duplication then reads 8 bytes per
+    record instead of the readings again), a row id (ROW_ID; part 1's are negative: no clash)
+    and, when flagging, part 0's copies flagged (_dedup_flags within the topic: the rows come
+    partitioned by it, so no other shuffle)."""
+    rows = rows.withColumn(CONTENT, content_hash())
+    if flagging and part == 0:
+        rows = _dedup_flags(rows, within=("topic",))
+    ids = F.monotonically_increasing_id()
+    return rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
+
+
 def run_batch(
     spark: SparkSession, landing: str, out: str, opts: JobOptions, seconds: dict | None = None, say=None
 ) -> dict:
@@ -630,9 +662,13 @@ def run_batch(
 
     One decode pass: the decoded rows (compact, decoder.compact) are written once to
     OUT/_staging/decoded; records/, quarantine/ and the report are derived from that copy.
-    De-duplication and the report's windows shuffle only the arrival keys of the records
-    (KEY_COLUMNS, persisted); the records themselves are written without a shuffle, the
-    later copies of a record dropped by their row id (an anti-join, broadcast when small).
+    With many devices (flags_in_decode), the landed rows are shuffled by topic before they
+    are decoded and the pass flags each record's later copies itself (_dedup_flags, its
+    window within the topic's partition): records/ is then the flagged rows' first arrivals.
+    Else, or when some landed rows took the Python decoders (part 1, unflagged),
+    de-duplication and the report's windows shuffle only the arrival keys of the records
+    (KEY_COLUMNS, persisted), and the records are written without a shuffle, the later
+    copies of a record dropped by their row id (an anti-join, broadcast when small).
     `seconds`, if given, receives the wall-clock seconds of each step (the benchmark prints them);
     `say`, if given, is called with one progress line per step as it ends (`mqbatch spark`
     prints them on stderr). Every folder it creates is 0700 and every file 0600 (private_output)."""
@@ -640,43 +676,53 @@ def run_batch(
     with _step(seconds, "files.scan", say):
         paths, bad_files = landing_files.scan(landing)
         size_shuffle(spark, paths)
+        landed = read_landing(spark, paths)
+        flagging = bool(paths) and flags_in_decode(spark, landed)
     staging = f"{out.rstrip('/')}/{STAGING}"
 
-    def stage(rows: DataFrame, part: int) -> None:  # row ids of part 1 are negative: no clash
-        ids = F.monotonically_increasing_id()
-        (
-            rows.withColumn(ROW_ID, ids if part == 0 else -1 - ids)
-            # the content hash while the readings are at hand: de-duplication then reads 8 bytes
-            # per record from the staged copy instead of the readings again
-            .withColumn(CONTENT, content_hash())
-            .write.mode("overwrite" if part == 0 else "append")
-            .parquet(staging)
-        )
+    def stage(rows: DataFrame, part: int) -> None:
+        staged_rows(rows, part, flagging).write.mode("overwrite" if part == 0 else "append").parquet(staging)
 
     in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
-    with _step(seconds, "decode (to staging)", say):
-        job_decode_to(spark, read_landing(spark, paths), opts, stage)
+    with _step(seconds, "decode and flag copies (to staging)" if flagging else "decode (to staging)", say):
+        python = job_decode_to(spark, landed.repartition("topic") if flagging else landed, opts, stage)["python"]
     staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
+    if flagging and not python:  # every row flagged: records/ is the first arrivals
+        flags = [T.StructField(KEY_FIRST, T.BooleanType()), T.StructField(FIRST, T.BooleanType())]
+        decoded = spark.read.schema(T.StructType(staged + flags)).parquet(staging)
+        try:
+            unique = records(decoded).where(F.col(FIRST))
+            return _finish_batch(spark, decoded, unique, unique, out, opts, bad_files, in_files, landing, seconds, say)
+        finally:
+            _remove(spark, staging)
     decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
     arrivals = records(decoded)
     keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with _step(seconds, "deduplicate (keys)", say):
-            later = keys.where(~F.col("_first")).select(ROW_ID)
+            later = keys.where(~F.col(FIRST)).select(ROW_ID)
             n_later = later.count()
         if n_later:
             arrivals = arrivals.join(
                 F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
             )
-        with _step(seconds, "write records/", say):
-            _write_records(arrivals, out, "overwrite")
-        with _step(seconds, "write quarantine/", say):
-            quarantine(decoded).write.mode("overwrite").parquet(f"{out}/quarantine")
-        with _step(seconds, "build_report", say):
-            report = build_report(decoded, opts, keys.where(F.col("_first")), bad_files)
+        return _finish_batch(
+            spark, decoded, arrivals, keys.where(F.col(FIRST)), out, opts, bad_files, in_files, landing, seconds, say
+        )
     finally:
         keys.unpersist()
         _remove(spark, staging)
+
+
+def _finish_batch(spark, decoded, kept, unique, out, opts, bad_files, in_files, landing, seconds, say) -> dict:
+    """records/ (the rows of `kept`), quarantine/ and report.json (`unique`: the kept records'
+    arrival keys, with KEY_FIRST), all private; returns the report."""
+    with _step(seconds, "write records/", say):
+        _write_records(kept, out, "overwrite")
+    with _step(seconds, "write quarantine/", say):
+        quarantine(decoded).write.mode("overwrite").parquet(f"{out}/quarantine")
+    with _step(seconds, "build_report", say):
+        report = build_report(decoded, opts, unique, bad_files)
     _account(in_files, report["landed"])
     report["skipped_landing_entries"] = landing_files.skipped_report(landing)
     write_report(report, pathlib.Path(out))
