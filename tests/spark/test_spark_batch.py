@@ -212,3 +212,27 @@ def test_flags_in_decode_wants_topics_for_every_shuffle_partition(spark, monkeyp
     assert pipeline.flags_in_decode(spark, landed(need * 2))
     assert not pipeline.flags_in_decode(spark, landed(max(1, need // 2)))
     assert not pipeline.flags_in_decode(spark, spark.createDataFrame([], "topic string"))
+
+
+def test_the_launch_conf_is_read_once_and_keeps_what_the_user_set(spark, monkeypatch):
+    """pipeline.launch_conf copies the SparkConf once per context (getConf() is ~40 py4j
+    calls, and the stream sized its batches three times per micro-batch), and a setting the
+    user made at launch still wins: the test session's spark.sql.shuffle.partitions is not
+    re-sized (a runtime value stays as it is)."""
+    from mqbatch.spark import JobOptions, pipeline
+
+    sc_type = type(spark.sparkContext)
+    real, calls = sc_type.getConf, []
+    monkeypatch.setattr(sc_type, "getConf", lambda self: calls.append(1) or real(self))
+    monkeypatch.delattr(spark.sparkContext, "_mqbatch_launch_conf", raising=False)
+    key = "spark.sql.shuffle.partitions"
+    assert "spark.sql.shuffle.partitions" in pipeline.launch_conf(spark)  # (the fixture sets it)
+    spark.conf.set(key, "3")
+    try:
+        for _ in range(3):
+            pipeline.size_shuffle(spark, [])
+            pipeline.size_arrow_batches(spark, JobOptions())
+        assert spark.conf.get(key) == "3"
+    finally:
+        spark.conf.set(key, "2")
+    assert len(calls) == 1

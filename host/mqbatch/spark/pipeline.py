@@ -498,14 +498,27 @@ def make_private(path: str | pathlib.Path) -> None:
                 os.chmod(full, FILE_MODE)
 
 
+def launch_conf(spark: SparkSession) -> dict[str, str]:
+    """The session's SparkConf as it was when its SparkContext started (what the user
+    configured explicitly), read once per context: getConf() copies the whole conf over
+    py4j, about 40 ms, and the stream asked three times per micro-batch. A started
+    context's SparkConf does not change (runtime settings go to spark.conf)."""
+    sc = spark.sparkContext
+    conf = getattr(sc, "_mqbatch_launch_conf", None)
+    if conf is None:
+        conf = dict(sc.getConf().getAll())
+        sc._mqbatch_launch_conf = conf  # type: ignore[attr-defined]
+    return conf
+
+
 def size_arrow_batches(spark: SparkSession, opts: JobOptions) -> int:
     """Landed rows per Arrow batch handed to the decoder (unless configured explicitly):
     at most DECODED_RECORDS_PER_BATCH records, so the Python worker's memory is bounded
     by that (about 0.75 KB per record at peak, docs/spark.md) and not by the landing zone;
     smaller batches also let the JVM and the Python worker of a task work at the same time."""
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    if spark.sparkContext.getConf().contains(key):
-        return int(str(spark.sparkContext.getConf().get(key)))
+    if key in launch_conf(spark):
+        return int(launch_conf(spark)[key])
     most = max(1, min(opts.max_batch_size, opts.max_payload_bytes))  # a sub-message takes >= 1 byte
     rows = max(1, min(10_000, DECODED_RECORDS_PER_BATCH // most))
     spark.conf.set(key, str(rows))
@@ -533,7 +546,7 @@ def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
     """Shuffle partitions sized to the input (unless configured explicitly): one per
     64 MiB of landing files, at least the default parallelism, at most 200; file splits of
     at most 16 MiB."""
-    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+    if "spark.sql.shuffle.partitions" in launch_conf(spark):
         return
     size = sum(os.path.getsize(p) for p in paths if "://" not in p and os.path.isfile(p))
     n = max(spark.sparkContext.defaultParallelism, math.ceil(size / BYTES_PER_SHUFFLE_PARTITION))
@@ -541,7 +554,7 @@ def size_shuffle(spark: SparkSession, paths: list[str]) -> None:
     # and file splits of at most BYTES_PER_SPLIT (unless configured): a task sorts at most that
     # much Parquet for records/ (Spark's default, 128 MiB of the staging copy, is about 7 M
     # records; sorted in a 512 MB driver, the spill files' read buffers ran it out of memory)
-    if not spark.sparkContext.getConf().contains("spark.sql.files.maxPartitionBytes"):
+    if "spark.sql.files.maxPartitionBytes" not in launch_conf(spark):
         spark.conf.set("spark.sql.files.maxPartitionBytes", str(BYTES_PER_SPLIT))
 
 
