@@ -121,7 +121,7 @@ def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case, flagge
     after all)."""
     from mqbatch.spark import RECORD_COLUMNS, JobOptions, pipeline, run_batch
 
-    monkeypatch.setattr(pipeline, "TOPICS_PER_PARTITION", 0 if flagged else 10**9)
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed: flagged)  # (tested below)
     rows, options = CASES[case]
     landing = tmp_path / "landing"
     write_rows(landing, rows())
@@ -130,8 +130,8 @@ def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case, flagge
     got = run_batch(spark, str(landing), str(tmp_path / "out"), opts, seconds)
     want, want_records, want_quarantine = _definition(spark, str(landing), opts)
     python_rows = case in ("quarantined", "json", "partial", "no received_at")  # rows the fast path does not take
-    assert (FLAGGED in seconds) == (flagged and case != "empty"), seconds  # (no topic in an empty file)
-    assert ("deduplicate (keys)" in seconds) == (not flagged or python_rows or case == "empty"), seconds
+    assert (FLAGGED in seconds) == flagged, seconds
+    assert ("deduplicate (keys)" in seconds) == (not flagged or python_rows), seconds
 
     assert got.pop("skipped_landing_entries") == {"count": 0, "by_reason": {}, "entries": []}
     assert got == want
@@ -180,38 +180,58 @@ def test_a_rerun_over_other_dates_replaces_records(spark, tmp_path, overwrite):
     assert not (out / "_staging").exists()
 
 
-def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_path):
-    """The flagged staging rows of landed rows shuffled by topic: one Exchange in the plan
-    (that shuffle), none for the window of _dedup_flags. Fails if the window's key does not
-    start with the topic (it would shuffle the decoded rows again)."""
-    from mqbatch.spark import JobOptions, pipeline
+def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_path, monkeypatch):
+    """run_batch's flagged staging rows: one Exchange in the plan, the landed rows' shuffle by
+    topic alone (below the decoder), none for the window of _dedup_flags. Fails if the
+    window's key does not start with the topic, or if run_batch does not shuffle the landed
+    rows by topic (the decoded rows would be shuffled by the window's key instead)."""
+    import re
+
+    from mqbatch.spark import JobOptions, pipeline, run_batch
 
     write_rows(tmp_path / "landing", _resend())
-    landed = pipeline.read_landing(spark, str(tmp_path / "landing")).repartition("topic")
-    plans: list[str] = []
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed: True)
+    real, plans = pipeline.staged_rows, []
 
-    def capture(rows, part):
-        plans.append(pipeline.staged_rows(rows, part, True)._jdf.queryExecution().executedPlan().toString())
+    def spy(rows, part, flagging):
+        staged = real(rows, part, flagging)
+        plans.append((part, flagging, staged._jdf.queryExecution().executedPlan().toString()))
+        return staged
 
-    pipeline.job_decode_to(spark, landed, JobOptions(), capture)
-    assert len(plans) == 1 and plans[0].count("Exchange") == 1, plans
-    assert "Window" in plans[0], plans
+    monkeypatch.setattr(pipeline, "staged_rows", spy)
+    run_batch(spark, str(tmp_path / "landing"), str(tmp_path / "out"), JobOptions())
+    assert [p[:2] for p in plans] == [(0, True)], plans
+    plan = plans[0][2]
+    assert plan.count("Exchange") == 1 and re.search(r"Exchange hashpartitioning\(topic#\d+, \d+\)", plan), plan
+    assert "Window" in plan, plan
 
 
-def test_flags_in_decode_wants_topics_for_every_shuffle_partition(spark, monkeypatch):
-    """The decode pass flags the copies only with TOPICS_PER_PARTITION topics per shuffle
-    partition (a few devices would each take a task of that pass)."""
-    from mqbatch.spark import pipeline
+def test_flags_in_decode_wants_many_topics_none_too_busy_and_the_fast_path(spark, monkeypatch):
+    """The decode pass flags the copies only with the JVM fast path, TOPICS_PER_PARTITION
+    topics per partition (the larger of the shuffle partitions and the default parallelism)
+    and no topic above a partition's share of the landed rows."""
+    from mqbatch.spark import jvm, pipeline
 
-    parts = max(int(spark.conf.get("spark.sql.shuffle.partitions")), spark.sparkContext.defaultParallelism)
+    key = "spark.sql.shuffle.partitions"
+    parts = max(int(spark.conf.get(key)), spark.sparkContext.defaultParallelism)
     need = pipeline.TOPICS_PER_PARTITION * parts
 
-    def landed(n):
-        return spark.createDataFrame([(f"mqbatch/dev-{i}/telemetry",) for i in range(n)] * 3, "topic string")
+    def landed(n, busy=1):
+        rows = [(f"mqbatch/dev-{i}/telemetry",) for i in range(n)] * 3
+        return spark.createDataFrame(rows + [("mqbatch/dev-0/telemetry",)] * 3 * (busy - 1), "topic string")
 
     assert pipeline.flags_in_decode(spark, landed(need * 2))
-    assert not pipeline.flags_in_decode(spark, landed(max(1, need // 2)))
+    assert not pipeline.flags_in_decode(spark, landed(need - 1))
+    assert not pipeline.flags_in_decode(spark, landed(need * 2, busy=need * 2))  # one device: over half the rows
     assert not pipeline.flags_in_decode(spark, spark.createDataFrame([], "topic string"))
+    before = spark.conf.get(key)
+    spark.conf.set(key, "1")  # fewer than the default parallelism: that counts
+    try:
+        assert not pipeline.flags_in_decode(spark, landed(pipeline.TOPICS_PER_PARTITION * 1 + 2))
+    finally:
+        spark.conf.set(key, before)
+    monkeypatch.setattr(jvm, "registered", lambda spark: False)  # no fast path: every row in part 1's decoders
+    assert not pipeline.flags_in_decode(spark, landed(need * 2))
 
 
 def test_the_launch_conf_is_read_once_and_keeps_what_the_user_set(spark, monkeypatch):

@@ -646,13 +646,24 @@ TOPICS_PER_PARTITION = 4
 
 
 def flags_in_decode(spark: SparkSession, landed: DataFrame) -> bool:
-    """Whether run_batch flags the copies while it decodes: the landed rows have at least
-    TOPICS_PER_PARTITION topics per shuffle partition (approx_count_distinct: one small job
-    over the topic column). Else each task of that pass would take the data of a few devices
-    (a fleet of 10 on 64 cores would decode with 10): the keys are de-duplicated apart."""
+    """Whether run_batch flags the copies while it decodes, which shuffles the landed rows by
+    topic (all of a device's rows in one task): only with the JVM fast path (part 0 is then
+    valid records only: the Python decoders' rows, quarantined ones too, stay unflagged in
+    part 1), at least TOPICS_PER_PARTITION topics per partition (parts: the larger of the
+    shuffle partitions and the default parallelism) and no topic with more landed rows than a
+    partition's share (total / parts). Else a task of that pass would take the data of a few
+    devices, or of one busy device (a fleet of 10 on 64 cores would decode with 10 tasks):
+    the keys are de-duplicated apart. One small job: landed rows per topic, aggregated."""
+    if not jvm.registered(spark):
+        return False
     parts = max(int(spark.conf.get("spark.sql.shuffle.partitions") or 0), spark.sparkContext.defaultParallelism)
-    topics = landed.agg(F.approx_count_distinct("topic").alias("n")).collect()[0]["n"]
-    return bool(topics) and topics >= TOPICS_PER_PARTITION * parts
+    per_topic = landed.groupBy("topic").agg(F.count(F.lit(1)).alias("rows"))
+    got = per_topic.agg(
+        F.count(F.lit(1)).alias("topics"), F.max("rows").alias("most"), F.sum("rows").alias("total")
+    ).collect()[0]
+    if not got["topics"] or got["topics"] < TOPICS_PER_PARTITION * parts:
+        return False
+    return got["most"] * parts <= got["total"]
 
 
 def staged_rows(rows: DataFrame, part: int, flagging: bool) -> DataFrame:
