@@ -196,3 +196,36 @@ def test_vboard_foreground_ctrl_c_stops_the_board_without_a_traceback(tmp_path):
     )
     assert code == 0, out
     assert processes_under(tmp_path / "flash") == []
+
+
+def test_a_stop_signal_inside_the_events_own_wait_does_not_deadlock():
+    """A Python signal handler runs in the main thread between two bytecodes, also while
+    Event.wait() holds the Event's lock: a handler that called Event.set() then waited for
+    that lock forever (`vboard start --foreground` hung once after Ctrl-C in CI). Here the
+    handler runs while the same thread holds the lock, as it would inside wait(): it must
+    return at once, and the event is set once the lock is free. Fails with a handler that
+    sets the event itself."""
+    import threading
+
+    from mqbatch.util.procs import SignalStop
+
+    said: list[str] = []
+    stop = SignalStop(say=said.append)
+    returned = threading.Event()
+
+    def main_thread_in_wait():
+        with stop.event._cond:  # what Event.wait() holds between its checks
+            stop.handler(signal.SIGINT, None)
+            returned.set()
+
+    t = threading.Thread(target=main_thread_in_wait, daemon=True)
+    t.start()
+    assert returned.wait(5), "the handler blocked on the lock its own thread holds"
+    assert stop.event.wait(5) and said == ["SIGINT"] and stop.names == ["SIGINT"]
+    stop.handler(signal.SIGTERM, None)  # a second signal: noted, no error (the watcher is done)
+    assert stop.names == ["SIGINT", "SIGTERM"]
+
+    quiet = SignalStop()
+    quiet.close()  # no signal: the watcher ends and the event stays clear
+    time.sleep(0.2)
+    assert not quiet.event.is_set()

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 
 from mqbatch.ingest.recorder import Recorder, RecorderConfig, RecorderConfigError, RecorderError
 from mqbatch.util.argtypes import (
@@ -19,7 +17,7 @@ from mqbatch.util.argtypes import (
     positive_float,
     positive_int,
 )
-from mqbatch.util.procs import on_stop_signals
+from mqbatch.util.procs import SignalStop, on_stop_signals
 
 
 def _config(args: argparse.Namespace) -> RecorderConfig:
@@ -60,15 +58,14 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"ingest: error: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        print(f"ingest: {signal.Signals(signum).name}: closing the open landing file", file=sys.stderr, flush=True)
-        stop.set()
-
-    on_stop_signals(on_signal)  # SIGINT, SIGTERM, SIGHUP
+    # the line and the stop come from SignalStop's thread: Event.set() or a print in the
+    # handler could deadlock or raise in the main thread (mqbatch.util.procs.SignalStop)
+    stop = SignalStop(
+        say=lambda name: print(f"ingest: {name}: closing the open landing file", file=sys.stderr, flush=True)
+    )
+    on_stop_signals(stop.handler)  # SIGINT, SIGTERM, SIGHUP
     try:
-        return recorder.run(stop)
+        return recorder.run(stop.event)
     except RecorderError as e:
         print(f"ingest: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, RecorderConfigError) else 1

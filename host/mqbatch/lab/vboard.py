@@ -49,7 +49,7 @@ import time
 import tty
 
 from mqbatch.util.paths import BOARDS, micropython_exe
-from mqbatch.util.procs import end_process
+from mqbatch.util.procs import SignalStop, end_process, on_stop_signals
 
 # measured: docs/application.md "Virtual board heap"
 DEFAULT_HEAP = "256K"
@@ -337,15 +337,8 @@ def serve(
     """Run one virtual board in this process until SIGINT, SIGTERM or SIGHUP (SIGUSR1:
     a hard reset); write its pid file while it runs. Returns the exit status (0:
     stopped by a signal)."""
-    stop = threading.Event()
-    caught: list[str] = []
-
-    def on_signal(signum, frame):
-        caught.append(signal.Signals(signum).name)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    stop = SignalStop()  # (Event.set() in a handler could deadlock: procs.SignalStop)
+    on_stop_signals(stop.handler)  # SIGINT, SIGTERM, SIGHUP
     board = VirtualBoard(flash_dir, heapsize, flash_size)
     signal.signal(signal.SIGUSR1, lambda signum, frame: board.reset())
     pid_file = board.flash_dir / PID_FILE
@@ -357,9 +350,9 @@ def serve(
             f"{board.flash_bytes // 1024} KB, pid {os.getpid()}); device log: {board.console_log}"
         )
         sys.stdout.flush()
-        while not stop.wait(0.5):
+        while not stop.event.wait(0.5):
             pass
-        announce(f"vboard: {caught[0]}: stopping the board")
+        announce(f"vboard: {stop.names[0]}: stopping the board")
         return 0
     finally:
         board.stop()

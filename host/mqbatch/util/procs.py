@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 
 
 def end_process(p: subprocess.Popen, timeout: float = 10.0, group: bool = False) -> int | None:
@@ -46,6 +47,55 @@ def on_stop_signals(handler) -> dict:
 def restore_signals(previous: dict) -> None:
     for s, h in previous.items():
         signal.signal(s, h)
+
+
+class SignalStop:
+    """A stop request that a signal handler may make: `handler` (install it with
+    on_stop_signals) notes the signal and writes one byte to a pipe; a thread of this object's
+    own then calls `say(name)` (if given) and sets `event`.
+
+    A Python signal handler runs in the main thread between two bytecodes, also inside
+    `Event.wait()` while that holds the Event's lock (a plain Lock): `event.set()` in the
+    handler then waits for that lock forever (`mqbatch vboard start --foreground` hung so
+    once in CI after Ctrl-C), and a print in it can meet the main thread's own print (a
+    reentrant write raises). The handler here takes no lock and writes to no stream."""
+
+    def __init__(self, event: threading.Event | None = None, say=None):
+        self.event = event if event is not None else threading.Event()
+        self.names: list[str] = []  # the signals received, in order (list.append: no lock)
+        self._say = say
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        threading.Thread(target=self._watch, name="stop-signal", daemon=True).start()
+
+    def handler(self, signum, frame) -> None:
+        self.names.append(signal.Signals(signum).name)
+        self.request()
+
+    def request(self) -> None:
+        """Ask for the stop without a lock (what handler does after noting the signal)."""
+        try:
+            os.write(self._w, b"s")
+        except OSError:
+            pass  # the pipe is full, or its reader is done (EPIPE): a stop is already on its way
+
+    def close(self) -> None:
+        """Ends the watching thread without setting the event (if no stop came)."""
+        try:
+            os.write(self._w, b"c")
+        except OSError:
+            pass
+
+    def _watch(self) -> None:
+        try:
+            got = os.read(self._r, 1)
+        finally:
+            os.close(self._r)  # (the write end stays open: a later write fails with EPIPE, never
+            # lands in another file that reused the number)
+        if got == b"s":
+            if self._say is not None:
+                self._say(self.names[0] if self.names else "stop")
+            self.event.set()
 
 
 class stop_signals_interrupt:
