@@ -227,5 +227,32 @@ def test_a_stop_signal_inside_the_events_own_wait_does_not_deadlock():
 
     quiet = SignalStop()
     quiet.close()  # no signal: the watcher ends and the event stays clear
-    time.sleep(0.2)
-    assert not quiet.event.is_set()
+    quiet._thread.join(5)
+    assert not quiet._thread.is_alive() and not quiet.event.is_set()
+
+
+def test_a_signal_handlers_call_runs_in_a_thread_of_its_own():
+    """vboard's SIGUSR1 (a hard reset) takes the board's lock, which the main thread holds
+    while it stops the board: SignalCalls runs it in a thread, so a handler that comes while
+    the lock is held returns at once and the call runs once the lock is free."""
+    import threading
+
+    from mqbatch.util.procs import SignalCalls
+
+    lock, done = threading.Lock(), threading.Event()
+
+    def reset():
+        with lock:
+            done.set()
+
+    calls, returned = SignalCalls(reset), threading.Event()
+
+    def main_thread_in_stop():
+        with lock:  # the main thread inside stop(), holding the board's lock
+            calls.handler(signal.SIGUSR1, None)  # returns: the call waits in its own thread
+            returned.set()
+            assert not done.is_set()
+
+    threading.Thread(target=main_thread_in_stop, daemon=True).start()
+    assert returned.wait(5), "the handler ran the call itself and blocked on the lock its thread holds"
+    assert done.wait(5)

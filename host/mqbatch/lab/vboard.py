@@ -49,7 +49,7 @@ import time
 import tty
 
 from mqbatch.util.paths import BOARDS, micropython_exe
-from mqbatch.util.procs import SignalStop, end_process, on_stop_signals
+from mqbatch.util.procs import SignalCalls, SignalStop, end_process, on_stop_signals
 
 # measured: docs/application.md "Virtual board heap"
 DEFAULT_HEAP = "256K"
@@ -340,7 +340,7 @@ def serve(
     stop = SignalStop()  # (Event.set() in a handler could deadlock: procs.SignalStop)
     on_stop_signals(stop.handler)  # SIGINT, SIGTERM, SIGHUP
     board = VirtualBoard(flash_dir, heapsize, flash_size)
-    signal.signal(signal.SIGUSR1, lambda signum, frame: board.reset())
+    signal.signal(signal.SIGUSR1, SignalCalls(board.reset, "vboard-reset").handler)  # (reset takes a lock)
     pid_file = board.flash_dir / PID_FILE
     pid_file.write_text(f"{os.getpid()}\n")
     try:
@@ -353,6 +353,7 @@ def serve(
         while not stop.event.wait(0.5):
             pass
         announce(f"vboard: {stop.names[0]}: stopping the board")
+        sys.stdout.flush()
         return 0
     finally:
         board.stop()

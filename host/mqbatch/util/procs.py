@@ -66,7 +66,8 @@ class SignalStop:
         self._say = say
         self._r, self._w = os.pipe()
         os.set_blocking(self._w, False)
-        threading.Thread(target=self._watch, name="stop-signal", daemon=True).start()
+        self._thread = threading.Thread(target=self._watch, name="stop-signal", daemon=True)
+        self._thread.start()
 
     def handler(self, signum, frame) -> None:
         self.names.append(signal.Signals(signum).name)
@@ -98,6 +99,28 @@ class SignalStop:
             self.event.set()
 
 
+class SignalCalls:
+    """`fn()` in a thread of its own each time `handler` (a signal handler) runs: for a
+    handler whose work takes a lock (vboard's SIGUSR1 reset takes the board's lock, which
+    the main thread holds while it stops the board: SignalStop's reasons)."""
+
+    def __init__(self, fn, name: str = "signal-calls"):
+        self._fn = fn
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def handler(self, signum, frame) -> None:
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass  # 64 KB of calls already pending
+
+    def _run(self) -> None:
+        while os.read(self._r, 1):
+            self._fn()
+
+
 class stop_signals_interrupt:
     """`with stop_signals_interrupt():` SIGTERM and SIGHUP end the block like Ctrl-C:
     KeyboardInterrupt is raised in the main thread, so `finally:` clean-up runs and
@@ -110,16 +133,17 @@ class stop_signals_interrupt:
         self.received: int | None = None  # the first stop signal, if any
 
     def _handler(self, signum, frame):
-        import sys
-
         if self.received is None:
             self.received = signum
             raise KeyboardInterrupt(signal.Signals(signum).name)
-        print(
-            f"{self.name}: {signal.Signals(signum).name} again: still stopping what was started",
-            file=self.err or sys.stderr,
-            flush=True,
-        )
+        line = f"{self.name}: {signal.Signals(signum).name} again: still stopping what was started\n"
+        if self.err is not None:
+            self.err.write(line)
+        else:  # straight to fd 2: a print here could meet the main thread's own print (SignalStop)
+            try:
+                os.write(2, line.encode())
+            except OSError:
+                pass
 
     def __enter__(self):
         self._previous = on_stop_signals(self._handler)
