@@ -49,76 +49,71 @@ def restore_signals(previous: dict) -> None:
         signal.signal(s, h)
 
 
-class SignalStop:
-    """A stop request that a signal handler may make: `handler` (install it with
-    on_stop_signals) notes the signal and writes one byte to a pipe; a thread of this object's
-    own then calls `say(name)` (if given) and sets `event`.
-
-    A Python signal handler runs in the main thread between two bytecodes, also inside
-    `Event.wait()` while that holds the Event's lock (a plain Lock): `event.set()` in the
-    handler then waits for that lock forever (`mqbatch vboard start --foreground` hung so
-    once in CI after Ctrl-C), and a print in it can meet the main thread's own print (a
-    reentrant write raises). The handler here takes no lock and writes to no stream."""
-
-    def __init__(self, event: threading.Event | None = None, say=None):
-        self.event = event if event is not None else threading.Event()
-        self.names: list[str] = []  # the signals received, in order (list.append: no lock)
-        self._say = say
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._w, False)
-        self._thread = threading.Thread(target=self._watch, name="stop-signal", daemon=True)
-        self._thread.start()
-
-    def handler(self, signum, frame) -> None:
-        self.names.append(signal.Signals(signum).name)
-        self.request()
-
-    def request(self) -> None:
-        """Ask for the stop without a lock (what handler does after noting the signal)."""
-        try:
-            os.write(self._w, b"s")
-        except OSError:
-            pass  # the pipe is full, or its reader is done (EPIPE): a stop is already on its way
-
-    def close(self) -> None:
-        """Ends the watching thread without setting the event (if no stop came)."""
-        try:
-            os.write(self._w, b"c")
-        except OSError:
-            pass
-
-    def _watch(self) -> None:
-        try:
-            got = os.read(self._r, 1)
-        finally:
-            os.close(self._r)  # (the write end stays open: a later write fails with EPIPE, never
-            # lands in another file that reused the number)
-        if got == b"s":
-            if self._say is not None:
-                self._say(self.names[0] if self.names else "stop")
-            self.event.set()
-
-
 class SignalCalls:
-    """`fn()` in a thread of its own each time `handler` (a signal handler) runs: for a
-    handler whose work takes a lock (vboard's SIGUSR1 reset takes the board's lock, which
-    the main thread holds while it stops the board: SignalStop's reasons)."""
+    """`fn()` in a thread of its own each time `handler` (a signal handler) runs: the handler
+    only writes one byte to a pipe, which the thread reads.
+
+    A Python signal handler runs in the main thread between two bytecodes, also while that
+    thread holds a lock, e.g. inside `Event.wait()` (the Event's plain Lock: `event.set()` in
+    the handler then waits for it forever; `mqbatch vboard start --foreground` hung so once in
+    CI after Ctrl-C) or inside vboard's stop() (the board's lock, which its SIGUSR1 reset
+    takes); and a print in it can meet the main thread's own print (a reentrant write
+    raises). The handler here takes no lock and writes to no stream."""
 
     def __init__(self, fn, name: str = "signal-calls"):
         self._fn = fn
         self._r, self._w = os.pipe()
         os.set_blocking(self._w, False)
-        threading.Thread(target=self._run, name=name, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
     def handler(self, signum, frame) -> None:
+        self._write(b"x")
+
+    def close(self) -> None:
+        """Ends the thread: no call after the ones already asked for."""
+        self._write(b"c")
+
+    def _write(self, byte: bytes) -> None:
         try:
-            os.write(self._w, b"x")
+            os.write(self._w, byte)
         except OSError:
-            pass  # 64 KB of calls already pending
+            pass  # 64 KB of calls already pending, or the thread is done (EPIPE)
 
     def _run(self) -> None:
-        while os.read(self._r, 1):
-            self._fn()
+        try:
+            while os.read(self._r, 1) == b"x":
+                self._fn()
+        finally:
+            os.close(self._r)  # (the write end stays open: a later write fails with EPIPE, never
+            # lands in another file that reused the number)
+
+
+class SignalStop:
+    """A stop request that a signal handler may make: `handler` (install it with
+    on_stop_signals) notes the signal; SignalCalls' thread then calls `say(name)` (if given)
+    once, with the first signal's name, and sets `event`."""
+
+    def __init__(self, event: threading.Event | None = None, say=None):
+        self.event = event if event is not None else threading.Event()
+        self.names: list[str] = []  # the signals received, in order (list.append: no lock)
+        self._say = say
+        self._calls = SignalCalls(self._stop, "stop-signal")
+        self._thread = self._calls._thread
+
+    def handler(self, signum, frame) -> None:
+        self.names.append(signal.Signals(signum).name)
+        self._calls.handler(signum, frame)
+
+    def close(self) -> None:
+        """Ends the watching thread without setting the event (if no stop came)."""
+        self._calls.close()
+
+    def _stop(self) -> None:
+        if not self.event.is_set():
+            if self._say is not None:
+                self._say(self.names[0])
+            self.event.set()
 
 
 class stop_signals_interrupt:
