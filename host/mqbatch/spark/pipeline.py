@@ -711,34 +711,33 @@ def run_batch(
     with _step(seconds, "decode and flag copies (to staging)" if flagging else "decode (to staging)", say):
         python = job_decode_to(spark, landed.repartition("topic") if flagging else landed, opts, stage)["python"]
     staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
-    if flagging and not python:  # every row flagged: records/ is the first arrivals
-        flags = [T.StructField(KEY_FIRST, T.BooleanType()), T.StructField(FIRST, T.BooleanType())]
-        decoded = spark.read.schema(T.StructType(staged + flags)).parquet(staging)
-        try:
-            unique = records(decoded).where(F.col(FIRST))
-            return _finish_batch(spark, decoded, unique, unique, out, opts, bad_files, in_files, landing, seconds, say)
-        finally:
-            _remove(spark, staging)
-    decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
-    arrivals = records(decoded)
-    keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with _step(seconds, "deduplicate (keys)", say):
-            later = keys.where(~F.col(FIRST)).select(ROW_ID)
-            n_later = later.count()
-        if n_later:
-            arrivals = arrivals.join(
-                F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
+        if flagging and not python:  # every row flagged: records/ is the first arrivals
+            flags = [T.StructField(KEY_FIRST, T.BooleanType()), T.StructField(FIRST, T.BooleanType())]
+            decoded = spark.read.schema(T.StructType(staged + flags)).parquet(staging)
+            unique = records(decoded).where(F.col(FIRST))
+            return _finish_batch(decoded, unique, unique, out, opts, bad_files, in_files, landing, seconds, say)
+        decoded = spark.read.schema(T.StructType(staged)).parquet(staging)
+        arrivals = records(decoded)
+        keys = first_arrivals(arrivals).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            with _step(seconds, "deduplicate (keys)", say):
+                later = keys.where(~F.col(FIRST)).select(ROW_ID)
+                n_later = later.count()
+            if n_later:
+                arrivals = arrivals.join(
+                    F.broadcast(later) if n_later <= BROADCAST_DUPLICATES else later, ROW_ID, "left_anti"
+                )
+            return _finish_batch(
+                decoded, arrivals, keys.where(F.col(FIRST)), out, opts, bad_files, in_files, landing, seconds, say
             )
-        return _finish_batch(
-            spark, decoded, arrivals, keys.where(F.col(FIRST)), out, opts, bad_files, in_files, landing, seconds, say
-        )
+        finally:
+            keys.unpersist()
     finally:
-        keys.unpersist()
         _remove(spark, staging)
 
 
-def _finish_batch(spark, decoded, kept, unique, out, opts, bad_files, in_files, landing, seconds, say) -> dict:
+def _finish_batch(decoded, kept, unique, out, opts, bad_files, in_files, landing, seconds, say) -> dict:
     """records/ (the rows of `kept`), quarantine/ and report.json (`unique`: the kept records'
     arrival keys, with KEY_FIRST), all private; returns the report."""
     with _step(seconds, "write records/", say):
