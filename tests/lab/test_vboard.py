@@ -14,6 +14,7 @@ import time
 import pytest
 
 from mqbatch.fleet.deploy import compile_firmware
+from mqbatch.lab import vboard
 from mqbatch.lab.vboard import PID_FILE, VirtualBoard
 from mqbatch.util.paths import BOARDS
 from mqbatch_testing import VENV_BIN
@@ -170,6 +171,31 @@ def test_mpremote_works_against_it_as_against_a_board(tmp_path):
             assert time.monotonic() < deadline, "main.py did not run after `mpremote reset`"
             time.sleep(0.2)
     assert vb.get("note.txt") == b"hello"
+
+
+@pytest.mark.parametrize("setsid", ["setsid --ctty", "no setsid: preexec_fn"])
+def test_the_interpreter_leads_a_session_whose_terminal_is_its_pty(tmp_path, monkeypatch, setsid):
+    """Ctrl-C on the port is SIGINT to main.py only if the interpreter's pty is its
+    controlling terminal: the interpreter itself (not a wrapper) leads a session of its
+    own, and its tty is the one on its stdin. Set up without Python code between fork and
+    exec (`setsid --ctty`) where util-linux has setsid, else by a preexec_fn."""
+    if setsid.startswith("no"):
+        monkeypatch.setattr(vboard, "SETSID", None)
+    else:
+        assert vboard.SETSID, "util-linux's setsid is not on PATH"
+    flash = tmp_path / "board"
+    vb = flash_with_firmware(flash, tmp_path / "build")
+    with vb:
+        wait_for_text(flash / "console.log", "mqb:", timeout=30)
+        pid = vb._proc.pid
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session tty_nr
+        session, tty_nr = int(fields[3]), int(fields[4])
+        stdin = os.stat(f"/proc/{pid}/fd/0")
+        cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"vboot.py" in cmdline[-2] and b"setsid" not in cmdline[0], cmdline  # the interpreter itself
+        assert session == pid, f"the interpreter ({pid}) is in session {session}, not one of its own"
+        assert tty_nr != 0 and tty_nr == stdin.st_rdev, f"controlling tty {tty_nr}, its pty {stdin.st_rdev}"
 
 
 class SlowBootBoard(VirtualBoard):

@@ -40,6 +40,7 @@ import json
 import os
 import pathlib
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,14 @@ def parse_size(text: str) -> int:
     if n % BLOCK or n < 16 * BLOCK:
         raise ValueError(f"flash size {text!r}: a multiple of {BLOCK} bytes, at least 64K")
     return n
+
+
+SETSID = shutil.which("setsid")  # util-linux: `setsid --ctty` (Debian's util-linux is essential)
+
+
+def _take_terminal() -> None:
+    """preexec_fn where there is no setsid: stdin (the pty) becomes the controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _set_raw(fd: int, isig: bool) -> None:
@@ -162,25 +171,29 @@ class VirtualBoard:
 
     # -- the interpreter behind the port ----------------------------------------
     def _spawn(self, soft: bool) -> tuple[subprocess.Popen, int, int]:
-        """The interpreter on a new pty: (process, the pty's master, the read end of
-        the pipe on which vboot.py says the board is up)."""
+        """The interpreter on a new pty, in a session of its own whose controlling terminal
+        the pty is (Ctrl-C -> SIGINT): (process, the pty's master, the read end of the pipe
+        on which vboot.py says the board is up). util-linux's `setsid --ctty` makes the
+        session and takes the terminal, then runs the interpreter in its own process (same
+        pid); Python code between fork and exec (a preexec_fn) can deadlock a process with
+        threads, as this one has, so it is the fallback only where there is no setsid."""
         master, slave = os.openpty()
         _set_raw(slave, isig=True)
         up_r, up_w = os.pipe()
-
-        def ctty():  # the pty is the interpreter's controlling terminal: Ctrl-C -> SIGINT
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
+        command, session = self._command(), {}
+        if SETSID:  # not a group leader (start_new_session off): setsid(2) works, no fork
+            command = [SETSID, "--ctty", *command]
+        else:
+            session = {"start_new_session": True, "preexec_fn": _take_terminal}
         proc = subprocess.Popen(
-            self._command(),
+            command,
             cwd=self.flash_dir,
             env=dict(self._env(soft), MQB_VBOARD_UP=str(up_w)),
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            start_new_session=True,
-            preexec_fn=ctty,
             pass_fds=(up_w,),
+            **session,  # type: ignore[call-overload]
         )
         os.close(slave)
         os.close(up_w)
