@@ -59,7 +59,7 @@ def build_jvm_jar(directory: pathlib.Path) -> pathlib.Path | None:
         classpath = jvm.compile_classpath(jars)
     except ImportError:  # an isolated build: no pyspark
         jars, classpath = "the build environment (no pyspark)", []
-    target = directory / jvm.jar_name(jvm.SOURCE.read_bytes(), classpath)
+    target = directory / jvm.jar_name(jvm.source_bytes(), classpath)
     failed = jvm.build_jar(target, classpath, jars)
     if not failed:
         return target

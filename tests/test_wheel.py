@@ -140,14 +140,14 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     assert {"mqbatch/cli.py", "mqbatch/commands/vboard.py", "mqbatch/commands/decode.py"} <= names
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
-    assert "mqbatch/spark/java/BatchDecoder.java" in names  # the JVM fast path's source
+    assert {"mqbatch/spark/java/BatchDecoder.java", "mqbatch/spark/java/BootFigures.java"} <= names  # its sources
     # ... and its jar, compiled at wheel-build time against this PySpark (setup.py): a JRE is enough
     from mqbatch.spark import jvm
 
-    key = jvm.jar_name(jvm.SOURCE.read_bytes(), jvm.compile_classpath(jvm.spark_jars_dir()))
+    key = jvm.jar_name(jvm.source_bytes(), jvm.compile_classpath(jvm.spark_jars_dir()))
     assert sorted(n for n in names if n.endswith(".jar")) == [f"mqbatch/spark/java/{key}"]
     with zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(wheel).read(f"mqbatch/spark/java/{key}"))) as jar:
-        assert "mqbatch/jvm/BatchDecoder.class" in jar.namelist()
+        assert {"mqbatch/jvm/BatchDecoder.class", "mqbatch/jvm/BootFigures.class"} <= set(jar.namelist())
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text

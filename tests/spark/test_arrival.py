@@ -1,7 +1,9 @@
 """The report's per-boot figures in one pass (mqbatch.spark.arrival.boot_figures), without
 Spark: against a row-by-row count, boots split over Arrow batches anywhere, key
 collisions and absent dropped_total counters; the window's seqs held stay within the
-window; and the comparison fails for a pass that forgets the carried seqs."""
+window; and the comparison fails for a pass that forgets the carried seqs. The same pass
+in the JVM (java/BootFigures.java, mqbatch.spark.jvm.boot_figures) against the same count,
+in Spark."""
 
 from __future__ import annotations
 
@@ -134,3 +136,45 @@ def test_the_check_fails_for_a_pass_that_forgets_the_seqs_it_carried():
     finally:
         arrival._Boot = real
     assert broken != _by_hand(rows, 10)
+
+
+def _jvm_figures(spark, rows, window, partitions=3):
+    """jvm.boot_figures over `rows` (in arrival order), a boot's rows in one partition."""
+    from mqbatch.spark import jvm
+
+    df = spark.createDataFrame(
+        [(*r, i) for i, r in enumerate(rows)],
+        "device string, boot bigint, seq bigint, key boolean, dropped_total bigint, arrival bigint",
+    )
+    ordered = (
+        df.repartition(partitions, "device", "boot")
+        .sortWithinPartitions("device", "boot", "arrival")
+        .select(*arrival.IN_COLUMNS)
+    )
+    got = {}
+    for r in jvm.boot_figures(ordered, window).collect():
+        key = (r["device"], r["boot"])
+        assert key not in got, f"{key} reported twice"
+        got[key] = (r["unique"], r["keys"], r["max_seq"], r["dropped_on_device"], r["out_of_order"], r["old"])
+    return got
+
+
+@pytest.mark.spark
+def test_the_jvm_pass_equals_the_row_by_row_count(spark):
+    """java/BootFigures.java: the same figures as the count by hand (and so as the Python pass),
+    key collisions, absent counters, several boots to a partition, windows 0 to 10**9."""
+    rng = np.random.default_rng(7)
+    for window in (0, 1, 10, 100, 10**9):
+        rows = _rows(rng, boots=10)
+        assert _jvm_figures(spark, rows, window) == _by_hand(rows, window), window
+
+
+@pytest.mark.spark
+def test_the_jvm_pass_trims_what_it_holds_and_stays_right(spark):
+    """A boot of 30,000 first arrivals in a shuffled order: with window 50 the pass trims the
+    seqs it holds many times over (every 2,048 held), with 10**9 never; `old` and the order
+    are right either way."""
+    seqs = [int(v) for v in np.random.default_rng(3).permutation(30_000)]
+    rows = [("dev", 1, s, True, None) for s in seqs]
+    for window in (50, 10**9):
+        assert _jvm_figures(spark, rows, window, partitions=1) == _by_hand(rows, window), window

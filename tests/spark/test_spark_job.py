@@ -781,11 +781,16 @@ def _boot_quality_by_hand(rows, window):
     return out
 
 
-def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
+@pytest.mark.parametrize("way", ["jvm", "python"])
+def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark, monkeypatch, way):
     """out_of_order, missing, pending of boot_quality (no window over a whole boot: counted
     streaming and from aggregates) equal a row-by-row count, boots split over partitions
-    and Arrow batches."""
-    from mqbatch.spark import JobOptions, pipeline
+    and Arrow batches; both ways: in the JVM (the session has the jar) and in Python workers
+    (without it)."""
+    from mqbatch.spark import JobOptions, jvm, pipeline
+
+    if way == "python":
+        monkeypatch.setattr(jvm, "registered", lambda spark: False)
 
     rng = np.random.default_rng(20261125)
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
@@ -815,9 +820,12 @@ def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
     try:
         for window in (0, 10, 100):
+            figures = pipeline.boot_quality(df, JobOptions(reorder_window=window))
+            plan = figures._jdf.queryExecution().executedPlan().toString()
+            assert ("MapPartitions " in plan) == (way == "jvm") and ("MapInArrow" in plan) == (way == "python"), plan
             got = {
                 (r.device, r.boot): (r.unique, r.out_of_order, r.missing, r.pending, r.max_seq)
-                for r in pipeline.boot_quality(df, JobOptions(reorder_window=window)).collect()
+                for r in figures.collect()
             }
             assert got == _boot_quality_by_hand(rows, window)
     finally:
@@ -830,9 +838,9 @@ def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark):
     sc, cached = spark.sparkContext, df.persist()
     try:
         cached.count()
-        sc.setJobGroup("boot-quality-jobs", "test")
+        sc.setJobGroup(f"boot-quality-jobs-{way}", "test")
         pipeline.boot_quality(cached, JobOptions()).collect()
-        assert 1 <= len(sc.statusTracker().getJobIdsForGroup("boot-quality-jobs")) <= 2
+        assert 1 <= len(sc.statusTracker().getJobIdsForGroup(f"boot-quality-jobs-{way}")) <= 2
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         cached.unpersist()

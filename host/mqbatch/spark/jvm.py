@@ -30,6 +30,8 @@ import tempfile
 import zipfile
 
 SOURCE = pathlib.Path(__file__).resolve().with_name("java") / "BatchDecoder.java"
+# every Java source of the jar: the decoder, and the report's per-boot figures (boot_figures)
+OTHER_SOURCES = ("BootFigures.java",)
 CLASS = "mqbatch.jvm.BatchDecoder"
 DECODE, IS_FAST = "mqbatch_jvm_decode", "mqbatch_jvm_is_fast"  # the functions' name prefixes
 # their arguments, as SQL. Spark's Invoke makes the result null when a nullable argument of a
@@ -98,14 +100,24 @@ def _javac() -> str | None:
     return jdk_tool("javac")
 
 
+def sources() -> list[pathlib.Path]:
+    """The jar's Java sources: SOURCE first, then OTHER_SOURCES beside it."""
+    return [SOURCE, *(SOURCE.with_name(n) for n in OTHER_SOURCES)]
+
+
+def source_bytes() -> bytes:
+    """All of the jar's sources, what its name is made from (OSError where they cannot be read)."""
+    return b"\0".join(p.read_bytes() for p in sources())
+
+
 def jar_name(source: bytes, classpath: list[pathlib.Path]) -> str:
-    """The jar's file name: one per Java source and set of Spark jars it was compiled against."""
+    """The jar's file name: one per Java sources (source_bytes) and set of Spark jars it was compiled against."""
     key = hashlib.sha256(source + "|".join(p.name for p in classpath).encode()).hexdigest()[:16]
     return f"mqbatch-jvm-{key}.jar"
 
 
 def compile_jar(target: pathlib.Path, classpath: list[pathlib.Path], javac: str) -> str | None:
-    """Compiles SOURCE against `classpath` into the jar `target` (atomically: a temp jar in
+    """Compiles the sources against `classpath` into the jar `target` (atomically: a temp jar in
     its directory, then renamed). None when done, else javac's complaint."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mqbatch-jvm-", dir=target.parent) as tmp:
@@ -120,7 +132,7 @@ def compile_jar(target: pathlib.Path, classpath: list[pathlib.Path], javac: str)
                 str(classes),
                 "-cp",
                 os.pathsep.join(map(str, classpath)),
-                str(SOURCE),
+                *map(str, sources()),
             ],
             capture_output=True,
             text=True,
@@ -149,7 +161,7 @@ def jar() -> pathlib.Path | None:
     javac and cached. None without a JDK, when javac fails, when Spark's jars are missing,
     or where the Java source cannot be read (e.g. a driver importing mqbatch from a zip)."""
     try:
-        source = SOURCE.read_bytes()
+        source = source_bytes()
     except OSError as e:  # NotADirectoryError inside a zip
         _note(f"the JVM fast path is off: its source cannot be read here ({type(e).__name__}: {SOURCE})")
         return None
@@ -319,3 +331,18 @@ def registered(spark) -> bool:
             )
         return False
     return True
+
+
+def boot_figures(rows, window: int):
+    """DataFrame: the report's per-boot figures (mqbatch.spark.arrival.SCHEMA) of `rows`
+    (arrival.IN_COLUMNS, a boot in one partition, sorted by device, boot and arrival), by
+    java/BootFigures.java in the executors' JVM: what arrival.boot_figures computes in Python
+    workers, without them. Only in a session with the jar (registered())."""
+    from pyspark.sql.classic.dataframe import DataFrame
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from mqbatch.spark import arrival
+
+    spark = rows.sparkSession
+    schema = spark._jsparkSession.parseDataType(from_arrow_schema(arrival.SCHEMA).json())
+    return DataFrame(spark._jvm.mqbatch.jvm.BootFigures.apply(rows._jdf, int(window), schema), spark)

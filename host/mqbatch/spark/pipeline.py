@@ -250,7 +250,8 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     """Per (device, boot) of the unique records: unique, out-of-order, missing (older than
     the reorder window), pending (gaps still inside it), max seq, dropped on the device.
 
-    One shuffle and one pass (arrival.boot_figures): the rows of a boot, sorted by arrival,
+    One shuffle and one pass (jvm.boot_figures in the executors' JVM where the session has the
+    jar, else arrival.boot_figures in Python workers: the same figures): the rows of a boot, sorted by arrival,
     are read once in Arrow batches, and no window or join spans a boot (Spark buffers such
     a window's rows and, short of memory, spills them into many files whose readers each
     take a 1 MB heap buffer: 10 M records ran a 768 MB driver out of memory). The seqs of a
@@ -258,14 +259,17 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     `missing` are those at or below max_seq - window. Gaps and order count one record per
     (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
     key = F.col(KEY_FIRST) if KEY_FIRST in unique.columns else F.lit(True)
-    figures = (
+    rows = (
         unique.where(F.col("device").isNotNull() & F.col("boot").isNotNull())  # (valid records have both)
         .select("device", "boot", "seq", key.alias("key"), "dropped_total", *ARRIVAL_ORDER)
         .repartition("device", "boot")
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
         .select(*arrival.IN_COLUMNS)
-        .mapInArrow(arrival.boot_figures(opts.reorder_window), from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
     )
+    if jvm.registered(unique.sparkSession):  # the same pass in the JVM: no Python worker
+        figures = jvm.boot_figures(rows, opts.reorder_window)
+    else:
+        figures = rows.mapInArrow(arrival.boot_figures(opts.reorder_window), from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
     limit = F.col("max_seq") - F.lit(opts.reorder_window)
     missing = F.when(limit >= 0, limit + 1 - F.col("old")).otherwise(F.lit(0)).cast("long")
     return figures.where(F.col("keys") > 0).select(  # (every boot of `unique` has a first arrival)
