@@ -121,7 +121,7 @@ def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case, flagge
     after all)."""
     from mqbatch.spark import RECORD_COLUMNS, JobOptions, pipeline, run_batch
 
-    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed: flagged)  # (tested below)
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, paths=None: flagged)  # (tested below)
     rows, options = CASES[case]
     landing = tmp_path / "landing"
     write_rows(landing, rows())
@@ -190,7 +190,7 @@ def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_pa
     from mqbatch.spark import JobOptions, pipeline, run_batch
 
     write_rows(tmp_path / "landing", _resend())
-    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed: True)
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, paths=None: True)
     real, plans = pipeline.staged_rows, []
 
     def spy(rows, part, flagging):
@@ -206,32 +206,54 @@ def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_pa
     assert "Window" in plan, plan
 
 
-def test_flags_in_decode_wants_many_topics_none_too_busy_and_the_fast_path(spark, monkeypatch):
+@pytest.mark.parametrize("counted", ["by a Spark job", "on the driver"])
+def test_flags_in_decode_wants_many_topics_none_too_busy_and_the_fast_path(spark, monkeypatch, tmp_path, counted):
     """The decode pass flags the copies only with the JVM fast path, TOPICS_PER_PARTITION
     topics per partition (the larger of the shuffle partitions and the default parallelism)
-    and no topic above a partition's share of the landed rows."""
+    and no topic above a partition's share of the landed rows. The rows per topic counted by
+    a Spark job (no local files), or on the driver from the local files' topic column, a
+    topic's rows over two files, with no Spark job."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from mqbatch.spark import jvm, pipeline
 
     key = "spark.sql.shuffle.partitions"
     parts = max(int(spark.conf.get(key)), spark.sparkContext.defaultParallelism)
     need = pipeline.TOPICS_PER_PARTITION * parts
+    made = iter(range(1000))
 
     def landed(n, busy=1):
-        rows = [(f"mqbatch/dev-{i}/telemetry",) for i in range(n)] * 3
-        return spark.createDataFrame(rows + [("mqbatch/dev-0/telemetry",)] * 3 * (busy - 1), "topic string")
+        rows = [f"mqbatch/dev-{i}/telemetry" for i in range(n)] * 3 + ["mqbatch/dev-0/telemetry"] * 3 * (busy - 1)
+        df = spark.createDataFrame([(t,) for t in rows], "topic string")
+        if counted == "by a Spark job":
+            return (df,)
+        folder = tmp_path / f"landing-{next(made)}"
+        folder.mkdir()
+        rows, half = sorted(rows), len(rows) // 2  # each file holds some topics whole (dev-0 the first)
+        for i, part in enumerate((rows[:half], rows[half:])):
+            pq.write_table(pa.table({"topic": pa.array(part, pa.string())}), folder / f"{i}.parquet")
+        return df, [str(f) for f in sorted(folder.iterdir())]
 
-    assert pipeline.flags_in_decode(spark, landed(need * 2))
-    assert not pipeline.flags_in_decode(spark, landed(need - 1))
-    assert not pipeline.flags_in_decode(spark, landed(need * 2, busy=need * 2))  # one device: over half the rows
-    assert not pipeline.flags_in_decode(spark, spark.createDataFrame([], "topic string"))
-    before = spark.conf.get(key)
-    spark.conf.set(key, "1")  # fewer than the default parallelism: that counts
+    sc = spark.sparkContext
+    sc.setJobGroup(f"flags-{counted}", "test")
     try:
-        assert not pipeline.flags_in_decode(spark, landed(pipeline.TOPICS_PER_PARTITION * 1 + 2))
+        assert pipeline.flags_in_decode(spark, *landed(need))
+        assert not pipeline.flags_in_decode(spark, *landed(need - 1))
+        assert not pipeline.flags_in_decode(spark, *landed(need * 2, busy=need * 2))  # one device: over half the rows
+        assert not pipeline.flags_in_decode(spark, *landed(0))
+        before = spark.conf.get(key)
+        spark.conf.set(key, "1")  # fewer than the default parallelism: that counts
+        try:
+            assert not pipeline.flags_in_decode(spark, *landed(pipeline.TOPICS_PER_PARTITION * 1 + 2))
+        finally:
+            spark.conf.set(key, before)
+        jobs = len(sc.statusTracker().getJobIdsForGroup(f"flags-{counted}"))
     finally:
-        spark.conf.set(key, before)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert (jobs == 0) == (counted == "on the driver"), jobs
     monkeypatch.setattr(jvm, "registered", lambda spark: False)  # no fast path: every row in part 1's decoders
-    assert not pipeline.flags_in_decode(spark, landed(need * 2))
+    assert not pipeline.flags_in_decode(spark, *landed(need * 2))
 
 
 def test_the_launch_conf_is_read_once_and_keeps_what_the_user_set(spark, monkeypatch):

@@ -173,6 +173,23 @@ def row_count(paths: list[str]) -> int | None:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
 
 
+def topic_rows(paths: list[str]) -> dict | None:
+    """Landed rows per topic of these (readable, checked) local files, a null topic counted as
+    the topic None; None when one is a URL (not read on the driver). Only the topic column is
+    read, a file at a time (the recorder's files hold it dictionary-encoded): run_batch's
+    decision (pipeline.flags_in_decode) without a Spark job."""
+    import pyarrow.compute as pc
+
+    if any("://" in p for p in paths):
+        return None
+    counts: dict = {}
+    for p in paths:
+        column = pq.ParquetFile(p).read(columns=["topic"]).column(0)
+        for pair in pc.value_counts(column).to_pylist():  # (nulls are a value of their own there)
+            counts[pair["values"]] = counts.get(pair["values"], 0) + pair["counts"]
+    return counts
+
+
 def received_span(paths: list[str]) -> tuple[int, int] | None:
     """(earliest, latest) received_at of these readable, checked local files, in microseconds
     since the epoch (UTC), or None when they hold no rows. Their received_at column is read on
