@@ -278,3 +278,71 @@ def test_the_launch_conf_is_read_once_and_keeps_what_the_user_set(spark, monkeyp
     finally:
         spark.conf.set(key, "2")
     assert len(calls) == 1
+
+
+def _fleet(seed=5):
+    """Eight devices, up to three boots each, PUBLISHes of 1-5 records in a shuffled order, some
+    landed again later (resends), latencies spread over seconds, unsynchronised samples, health
+    records with dropped_total and released_unconfirmed (0x87) readings, a key collision."""
+    import random
+
+    from mqbatch.wire import records
+
+    rng = random.Random(seed)
+    rows = []
+    for d in range(8):
+        topic = f"mqbatch/dev-{d}/telemetry"
+        for boot in range(1, rng.randint(2, 4)):
+            seqs = rng.sample(range(60), rng.randint(5, 40))
+            for i in range(0, len(seqs), 5):
+                subs = []
+                for seq in seqs[i : i + rng.randint(1, 5)]:
+                    if rng.random() < 0.2:
+                        readings = [(0x82, rng.randint(0, 9)), (0x87, rng.randint(0, 30))]
+                        subs.append(records.encode_binary("health", boot, seq, _at(boot, seq), readings))
+                    else:
+                        subs.append(sample(boot, seq, synced=rng.random() < 0.8)[0])
+                rows.append(landed(topic, subs, _at(boot, seqs[i]) + rng.randint(0, 20_000)))
+                if rng.random() < 0.2:  # a resend of the same PUBLISH
+                    rows.append(dataclasses.replace(rows[-1], received_at_us=rows[-1].received_at_us + 7_000_000))
+    rows.append(_batch("mqbatch/dev-0/telemetry", 1, [3], late_ms=9000, temperature=999))  # a collision (or not)
+    return rows
+
+
+@pytest.mark.parametrize("case", sorted(CASES) + ["fleet"])
+def test_the_reports_one_jvm_pass_equals_its_three_spark_aggregates(spark, tmp_path, monkeypatch, case):
+    """build_report with the JVM (per-boot figures, each boot's released and each device's
+    latency percentiles in one pass: pipeline._boot_figures(by_device=True)) gives the same
+    report as without it (boot_quality in Python workers, latency_percentiles and
+    released_per_boot as Spark aggregates), and runs fewer Spark jobs."""
+    from mqbatch.spark import JobOptions, files, jvm, pipeline
+
+    rows, options = CASES[case] if case in CASES else (_fleet, {})
+    write_rows(tmp_path / "landing", rows())
+    paths, bad = files.scan(str(tmp_path / "landing"))
+    opts = JobOptions(reorder_window=5, **options)
+    decoded = pipeline.job_decode(spark, pipeline.read_landing(spark, paths), opts).persist()
+    sc = spark.sparkContext
+    try:
+        decoded.count()
+        jobs = {}
+        reports = {}
+        for way in ("jvm", "spark"):
+            if way == "spark":
+                monkeypatch.setattr(jvm, "registered", lambda spark: False)
+            sc.setJobGroup(f"report-{case}-{way}", "test")
+            try:
+                reports[way] = pipeline.build_report(decoded, opts, bad_files=bad)
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+            jobs[way] = len(sc.statusTracker().getJobIdsForGroup(f"report-{case}-{way}"))
+    finally:
+        decoded.unpersist()
+    assert reports["jvm"] == reports["spark"]
+    assert jobs["jvm"] < jobs["spark"], jobs
+    if case == "fleet":
+        devices = reports["jvm"]["devices"]
+        assert sum(d["latency_ms"] is not None for d in devices.values()) == 8, devices
+        assert sum(d["accounting"]["released_unconfirmed"] for d in devices.values()) > 0
+        assert reports["jvm"]["records"]["duplicates"] > 0
+        assert sum(d["out_of_order"] for d in devices.values()) > 0

@@ -25,7 +25,7 @@ see at all (after a device's last landed record) is in neither side.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from mqbatch.wire.records import CHANNEL_BY_NAME
@@ -35,12 +35,16 @@ RELEASED_UNCONFIRMED = CHANNEL_BY_NAME["released_unconfirmed"].id
 CHANNELS_READ = (RELEASED_UNCONFIRMED,)
 
 
+def released_value() -> Column:
+    """A valid record's highest released_unconfirmed reading (null when it has none)."""
+    return F.expr(f"array_max(transform(filter(readings, r -> r.channel = {RELEASED_UNCONFIRMED}), r -> r.value))")
+
+
 def released_per_boot(arrivals: DataFrame) -> DataFrame:
     """Per (device, boot) of the valid records (duplicates change no maximum): the highest
     released_unconfirmed reading."""
-    value = F.expr(f"array_max(transform(filter(readings, r -> r.channel = {RELEASED_UNCONFIRMED}), r -> r.value))")
     return (
-        arrivals.select("device", "boot", value.alias("_v"))
+        arrivals.select("device", "boot", released_value().alias("_v"))
         .where(F.col("_v").isNotNull())
         .groupBy("device", "boot")
         .agg(F.max("_v").alias("released"))

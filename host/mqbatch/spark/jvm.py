@@ -333,16 +333,24 @@ def registered(spark) -> bool:
     return True
 
 
-def boot_figures(rows, window: int):
+def boot_figures(rows, window: int, by_device: bool = False):
     """DataFrame: the report's per-boot figures (mqbatch.spark.arrival.SCHEMA) of `rows`
     (arrival.IN_COLUMNS, a boot in one partition, sorted by device, boot and arrival), by
     java/BootFigures.java in the executors' JVM: what arrival.boot_figures computes in Python
-    workers, without them. Only in a session with the jar (registered())."""
+    workers, without them. by_device: `rows` also have `released` and `latency` (null where
+    not synchronised), a device's rows in one partition, and the result DEVICE_EXTRAS (each
+    boot's highest released, the device's latency n and percentiles on its last boot). Only
+    in a session with the jar (registered())."""
+    from pyspark.sql import types as T
     from pyspark.sql.classic.dataframe import DataFrame
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from mqbatch.spark import arrival
 
     spark = rows.sparkSession
-    schema = spark._jsparkSession.parseDataType(from_arrow_schema(arrival.SCHEMA).json())
-    return DataFrame(spark._jvm.mqbatch.jvm.BootFigures.apply(rows._jdf, int(window), schema), spark)
+    schema = from_arrow_schema(arrival.SCHEMA)
+    if by_device:  # pipeline.DEVICE_EXTRAS
+        schema = schema.add("released", T.LongType()).add("latency_n", T.LongType())
+        schema = schema.add("p50", T.DoubleType()).add("p95", T.DoubleType()).add("p99", T.DoubleType())
+    java_schema = spark._jsparkSession.parseDataType(schema.json())
+    return DataFrame(spark._jvm.mqbatch.jvm.BootFigures.apply(rows._jdf, int(window), java_schema), spark)

@@ -251,24 +251,46 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     the reorder window), pending (gaps still inside it), max seq, dropped on the device.
 
     One shuffle and one pass (jvm.boot_figures in the executors' JVM where the session has the
-    jar, else arrival.boot_figures in Python workers: the same figures): the rows of a boot, sorted by arrival,
-    are read once in Arrow batches, and no window or join spans a boot (Spark buffers such
+    jar, else arrival.boot_figures in Python workers: the same figures): the rows of a boot,
+    sorted by arrival, are read once, and no window or join spans a boot (Spark buffers such
     a window's rows and, short of memory, spills them into many files whose readers each
     take a 1 MB heap buffer: 10 M records ran a 768 MB driver out of memory). The seqs of a
     boot's first arrivals are unique, so its absent seqs are max_seq + 1 - keys, of which
     `missing` are those at or below max_seq - window. Gaps and order count one record per
     (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
+    return _boot_figures(unique, opts, by_device=False)
+
+
+BOOT_COLUMNS = [
+    *("device", "boot", "unique", "out_of_order", "missing", "pending"),
+    *("max_seq", "dropped_on_device", "key_collisions"),
+]
+DEVICE_EXTRAS = ["released", "latency_n", "p50", "p95", "p99"]  # _boot_figures(by_device=True)
+
+
+def _boot_figures(unique: DataFrame, opts: JobOptions, by_device: bool) -> DataFrame:
+    """boot_quality's rows (BOOT_COLUMNS); by_device (the JVM pass only): a device's rows in
+    one partition and DEVICE_EXTRAS on each boot's row too: its highest released_unconfirmed
+    reading (RELEASED where `unique` carries it, else from its readings) and, on the device's
+    last boot only, its latency percentiles (latency_percentiles' figures). One pass for what
+    were three Spark jobs of the report."""
     key = F.col(KEY_FIRST) if KEY_FIRST in unique.columns else F.lit(True)
+    extras = []
+    if by_device:
+        released = F.col(RELEASED) if RELEASED in unique.columns else accounting.released_value()
+        latency = F.when(F.col("synced") & F.col("latency_ms").isNotNull(), F.col("latency_ms"))
+        extras = [released.alias("released"), latency.alias("latency")]
     rows = (
         unique.where(F.col("device").isNotNull() & F.col("boot").isNotNull())  # (valid records have both)
-        .select("device", "boot", "seq", key.alias("key"), "dropped_total", *ARRIVAL_ORDER)
-        .repartition("device", "boot")
+        .select("device", "boot", "seq", key.alias("key"), "dropped_total", *extras, *ARRIVAL_ORDER)
+        .repartition(*(["device"] if by_device else ["device", "boot"]))
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
-        .select(*arrival.IN_COLUMNS)
+        .select(*arrival.IN_COLUMNS, *(["released", "latency"] if by_device else []))
     )
     if jvm.registered(unique.sparkSession):  # the same pass in the JVM: no Python worker
-        figures = jvm.boot_figures(rows, opts.reorder_window)
+        figures = jvm.boot_figures(rows, opts.reorder_window, by_device)
     else:
+        assert not by_device, "the per-device figures are the JVM pass's only"
         figures = rows.mapInArrow(arrival.boot_figures(opts.reorder_window), from_arrow_schema(arrival.SCHEMA))  # type: ignore[arg-type]
     limit = F.col("max_seq") - F.lit(opts.reorder_window)
     missing = F.when(limit >= 0, limit + 1 - F.col("old")).otherwise(F.lit(0)).cast("long")
@@ -282,6 +304,7 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
         "max_seq",
         "dropped_on_device",
         (F.col("unique") - F.col("keys")).alias("key_collisions"),
+        *(DEVICE_EXTRAS if by_device else []),
     )
 
 
@@ -412,12 +435,23 @@ def build_report(
         keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
         unique = keys.where(F.col(FIRST))
     try:
-        outcomes, boots, latency, released = _collect_together(
-            lambda: outcome_counts(decoded),
-            boot_quality(unique, opts).collect,
-            latency_percentiles(unique).collect,
-            accounting.released_per_boot(records(decoded)).collect,
-        )
+        if jvm.registered(decoded.sparkSession):  # per boot, released and latency in one JVM pass
+            outcomes, boots = _collect_together(
+                lambda: outcome_counts(decoded), _boot_figures(unique, opts, by_device=True).collect
+            )
+            latency = [
+                {"device": b["device"], "latency_n": b["latency_n"], "lat": [b["p50"], b["p95"], b["p99"]]}
+                for b in boots
+                if b["latency_n"] is not None
+            ]
+            released = [b for b in boots if b["released"] is not None]
+        else:
+            outcomes, boots, latency, released = _collect_together(
+                lambda: outcome_counts(decoded),
+                boot_quality(unique, opts).collect,
+                latency_percentiles(unique).collect,
+                accounting.released_per_boot(records(decoded)).collect,
+            )
     finally:
         if keys is not None:
             keys.unpersist()
@@ -587,6 +621,7 @@ def _write_records(unique: DataFrame, out: str, mode: str) -> None:
 
 
 ROW_ID = "_row"  # the batch job's id of a decoded row (its staged copy)
+RELEASED = "_released"  # the arrival keys' highest released_unconfirmed reading (first_arrivals)
 STAGING = "_staging/decoded"  # under --out: the batch job's decoded rows, removed when it ends
 # the arrival keys of the valid records: all that de-duplication and the report's windows read
 KEY_COLUMNS = [
@@ -613,7 +648,8 @@ def first_arrivals(arrivals: DataFrame) -> DataFrame:
     batch job's staged copy; the stream's _decoded/ has none)."""
     content = F.col(CONTENT) if CONTENT in arrivals.columns else content_hash()  # run_batch stages it
     keys = [c for c in KEY_COLUMNS if c != ROW_ID or ROW_ID in arrivals.columns]
-    return _dedup_flags(arrivals.select(*keys, content.alias(CONTENT)).repartition("device", "boot"))
+    released = accounting.released_value().alias(RELEASED)  # for the report (_boot_figures)
+    return _dedup_flags(arrivals.select(*keys, content.alias(CONTENT), released).repartition("device", "boot"))
 
 
 def _remove(spark: SparkSession, path: str) -> None:

@@ -14,16 +14,24 @@ import org.apache.spark.sql.types.StructType;
 /**
  * The report's per-boot figures in one pass inside the executors' JVM: the same figures as
  * mqbatch.spark.arrival.boot_figures (its docstring defines them; the tests hold the two to
- * each other), without a Python worker or an Arrow exchange.
+ * each other), without a Python worker or an Arrow exchange; and, when the rows carry them,
+ * each boot's highest released_unconfirmed reading and each device's latency percentiles
+ * (what accounting.released_per_boot and pipeline.latency_percentiles compute in Spark).
  *
  * Rows in: (device string, boot long, seq long, key boolean, dropped_total long or null),
  * a boot's rows in one partition, sorted by (device, boot, arrival); device, boot and seq
- * never null. Rows out, one per (device, boot) when its last row has been read: (device,
- * boot, unique, keys, max_seq, dropped_on_device or null, out_of_order, old).
+ * never null. Optionally two more: released (long or null) and latency (double or null:
+ * null where the record's clock is not synchronised); then a device's rows must be in one
+ * partition. Rows out, one per (device, boot) when its last row has been read: (device,
+ * boot, unique, keys, max_seq, dropped_on_device or null, out_of_order, old), with the two
+ * more: released (null when no row has one), and on the device's last boot its latency
+ * n, p50, p95, p99 (Spark's `percentile`: linear between the two closest ranks; null on
+ * its other boots and when it has no latency).
  *
  * Memory: one boot at a time, and of it the first arrivals' seqs that may still end up at
  * or below (highest seq - window): trimmed when twice max(1,024, window, what was kept) are
- * held, as the Python pass does.
+ * held, as the Python pass does. With latencies, a device's latencies (8 bytes each), as
+ * Spark's own percentile holds its values.
  */
 public final class BootFigures implements MapPartitionsFunction<Row, Row> {
     private static final long serialVersionUID = 1L;
@@ -48,8 +56,8 @@ public final class BootFigures implements MapPartitionsFunction<Row, Row> {
     static final class Boot {
         final String device;
         final long boot;
-        long unique, keys, late, old, maxSeq = -1, keyMax = -1, dropped, nextTrim;
-        boolean hasDropped;
+        long unique, keys, late, old, maxSeq = -1, keyMax = -1, dropped, nextTrim, released;
+        boolean hasDropped, hasReleased;
         long[] held = new long[64];
         int nHeld;
 
@@ -87,9 +95,47 @@ public final class BootFigures implements MapPartitionsFunction<Row, Row> {
             nextTrim = 2 * Math.max(Math.max(1024L, Math.min(window, 1L << 40)), kept);  // no overflow
         }
 
-        Row row(long window) {
+        void release(long value) {
+            released = hasReleased ? Math.max(released, value) : value;
+            hasReleased = true;
+        }
+
+        Row row(long window, Latency latency) {
             trim(window);
-            return RowFactory.create(device, boot, unique, keys, maxSeq, hasDropped ? (Object) dropped : null, late, old);
+            Object drop = hasDropped ? (Object) dropped : null;
+            if (latency == null) return RowFactory.create(device, boot, unique, keys, maxSeq, drop, late, old);
+            Object rel = hasReleased ? (Object) released : null;
+            if (latency.n == 0) return RowFactory.create(device, boot, unique, keys, maxSeq, drop, late, old, rel, null, null, null, null);
+            double[] p = latency.percentiles(P50, P95, P99);
+            return RowFactory.create(device, boot, unique, keys, maxSeq, drop, late, old, rel, (long) latency.n, p[0], p[1], p[2]);
+        }
+    }
+
+    static final double P50 = 0.5, P95 = 0.95, P99 = 0.99;
+
+    /** A device's latencies so far; percentiles as Spark's `percentile` computes them. */
+    static final class Latency {
+        double[] values = new double[64];
+        int n;
+
+        void add(double v) {
+            if (n == values.length) values = java.util.Arrays.copyOf(values, 2 * n);
+            values[n++] = v;
+        }
+
+        /** For each p: position (n - 1) * p between the ranks floor and ceil of it, the two
+         *  values there weighted by the distance (the value itself when both are equal). */
+        double[] percentiles(double... ps) {
+            double[] sorted = java.util.Arrays.copyOf(values, n);
+            java.util.Arrays.sort(sorted);
+            double[] out = new double[ps.length];
+            for (int i = 0; i < ps.length; i++) {
+                double position = (n - 1L) * ps[i];
+                long lower = (long) Math.floor(position), higher = (long) Math.ceil(position);
+                double low = sorted[(int) lower], high = sorted[(int) higher];
+                out[i] = higher == lower || high == low ? low : (higher - position) * low + (position - lower) * high;
+            }
+            return out;
         }
     }
 
@@ -97,22 +143,30 @@ public final class BootFigures implements MapPartitionsFunction<Row, Row> {
     public Iterator<Row> call(Iterator<Row> rows) {
         return new Iterator<Row>() {
             private Boot current;
+            private Latency latency;  // of current's device, when the rows carry latencies
             private Row ready;
 
             private void advance() {
                 while (ready == null && rows.hasNext()) {
                     Row r = rows.next();
+                    boolean more = r.length() > 5;
                     String device = r.getString(0);
                     long boot = r.getLong(1);
                     if (current == null || current.boot != boot || !current.device.equals(device)) {
-                        if (current != null) ready = current.row(window);
+                        boolean otherDevice = current == null || !current.device.equals(device);
+                        if (current != null) ready = current.row(window, more && !otherDevice ? NONE : latency);
                         current = new Boot(device, boot);
+                        if (otherDevice && more) latency = new Latency();
                     }
                     boolean hasDrop = !r.isNullAt(4);
                     current.add(r.getLong(2), r.getBoolean(3), hasDrop, hasDrop ? r.getLong(4) : 0L, window);
+                    if (more) {
+                        if (!r.isNullAt(5)) current.release(r.getLong(5));
+                        if (!r.isNullAt(6)) latency.add(r.getDouble(6));
+                    }
                 }
                 if (ready == null && current != null) {  // the partition's last boot
-                    ready = current.row(window);
+                    ready = current.row(window, latency);
                     current = null;
                 }
             }
@@ -133,4 +187,7 @@ public final class BootFigures implements MapPartitionsFunction<Row, Row> {
             }
         };
     }
+
+    /** A boot that is not its device's last: no latency figures on its row. */
+    static final Latency NONE = new Latency();
 }
