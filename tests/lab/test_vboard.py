@@ -173,12 +173,12 @@ def test_mpremote_works_against_it_as_against_a_board(tmp_path):
     assert vb.get("note.txt") == b"hello"
 
 
-@pytest.mark.parametrize("setsid", ["setsid --ctty", "no setsid: preexec_fn"])
+@pytest.mark.parametrize("setsid", ["setsid -c", "no setsid: preexec_fn"])
 def test_the_interpreter_leads_a_session_whose_terminal_is_its_pty(tmp_path, monkeypatch, setsid):
     """Ctrl-C on the port is SIGINT to main.py only if the interpreter's pty is its
     controlling terminal: the interpreter itself (not a wrapper) leads a session of its
     own, and its tty is the one on its stdin. Set up without Python code between fork and
-    exec (`setsid --ctty`) where util-linux has setsid, else by a preexec_fn."""
+    exec (`setsid -c`) where there is a setsid, else by a preexec_fn."""
     if setsid.startswith("no"):
         monkeypatch.setattr(vboard, "SETSID", None)
     else:

@@ -216,7 +216,7 @@ def test_flags_in_decode_wants_many_topics_none_too_busy_and_the_fast_path(spark
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mqbatch.spark import jvm, pipeline
+    from mqbatch.spark import files, jvm, pipeline
 
     key = "spark.sql.shuffle.partitions"
     parts = max(int(spark.conf.get(key)), spark.sparkContext.defaultParallelism)
@@ -252,7 +252,16 @@ def test_flags_in_decode_wants_many_topics_none_too_busy_and_the_fast_path(spark
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert (jobs == 0) == (counted == "on the driver"), jobs
-    monkeypatch.setattr(jvm, "registered", lambda spark: False)  # no fast path: every row in part 1's decoders
+    if counted == "on the driver":  # more rows than the driver reads: a Spark job counts them, the same
+        monkeypatch.setattr(files, "DRIVER_TOPIC_ROWS", 2)
+        sc.setJobGroup("flags-many-rows", "test")
+        try:
+            assert pipeline.flags_in_decode(spark, *landed(need))
+            assert not pipeline.flags_in_decode(spark, *landed(need - 1))
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        assert sc.statusTracker().getJobIdsForGroup("flags-many-rows")
+    monkeypatch.setattr(jvm, "registered", lambda spark, name=None: False)  # no fast path: part 1's decoders
     assert not pipeline.flags_in_decode(spark, *landed(need * 2))
 
 
@@ -329,7 +338,7 @@ def test_the_reports_one_jvm_pass_equals_its_three_spark_aggregates(spark, tmp_p
         reports = {}
         for way in ("jvm", "spark"):
             if way == "spark":
-                monkeypatch.setattr(jvm, "registered", lambda spark: False)
+                monkeypatch.setattr(jvm, "registered", lambda spark, name=None: False)
             sc.setJobGroup(f"report-{case}-{way}", "test")
             try:
                 reports[way] = pipeline.build_report(decoded, opts, bad_files=bad)

@@ -653,6 +653,21 @@ def test_report_json_is_reused_only_when_it_is_the_one_written_for_the_newest_co
     assert stream._current_report(out, opts, str(landing)) == got  # and current again
 
 
+def test_the_report_code_is_hashed_the_same_from_spark_submits_zip(tmp_path):
+    """The driver under spark-submit imports mqbatch from the --py-files zip: the code a
+    report was made by (stream.REPORT_CODE, the JVM pass's Java source too) must be readable
+    there, or a stream never reuses its report.json (None: made anew at every report)."""
+    from mqbatch.spark import stream, submit
+
+    zipped = submit.build_pyfiles(tmp_path / "mqbatch.zip")
+    probe = "from mqbatch.spark import stream; print(stream.__file__); print(stream._report_code())"
+    env = dict(os.environ, PYTHONPATH=str(zipped))
+    got = subprocess.run([str(VENV_BIN / "python"), "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    where, code = got.stdout.split()
+    assert str(zipped) in where, where  # imported from the zip
+    assert code == stream._report_code() is not None, got.stderr
+
+
 def test_metrics_spark_never_delivers_are_none_after_the_wait_not_a_hang(spark, monkeypatch):
     """A micro-batch's counts are observed while it writes (stream._observed); Observation.get
     alone waits for ever for metrics that never come. Here: a DataFrame no action ran on."""
@@ -790,7 +805,7 @@ def test_boot_quality_counts_as_the_rows_say_in_arrival_order(spark, monkeypatch
     from mqbatch.spark import JobOptions, jvm, pipeline
 
     if way == "python":
-        monkeypatch.setattr(jvm, "registered", lambda spark: False)
+        monkeypatch.setattr(jvm, "registered", lambda spark, name=None: False)
 
     rng = np.random.default_rng(20261125)
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)

@@ -74,7 +74,7 @@ def parse_size(text: str) -> int:
     return n
 
 
-SETSID = shutil.which("setsid")  # util-linux: `setsid --ctty` (Debian's util-linux is essential)
+SETSID = shutil.which("setsid")  # `setsid -c`: util-linux (essential in Debian) or BusyBox
 
 
 def _take_terminal() -> None:
@@ -173,7 +173,7 @@ class VirtualBoard:
     def _spawn(self, soft: bool) -> tuple[subprocess.Popen, int, int]:
         """The interpreter on a new pty, in a session of its own whose controlling terminal
         the pty is (Ctrl-C -> SIGINT): (process, the pty's master, the read end of the pipe
-        on which vboot.py says the board is up). util-linux's `setsid --ctty` makes the
+        on which vboot.py says the board is up). `setsid -c` (util-linux, BusyBox) makes the
         session and takes the terminal, then runs the interpreter in its own process (same
         pid); Python code between fork and exec (a preexec_fn) can deadlock a process with
         threads, as this one has, so it is the fallback only where there is no setsid."""
@@ -182,7 +182,7 @@ class VirtualBoard:
         up_r, up_w = os.pipe()
         command, session = self._command(), {}
         if SETSID:  # not a group leader (start_new_session off): setsid(2) works, no fork
-            command = [SETSID, "--ctty", *command]
+            command = [SETSID, "-c", *command]  # -c: util-linux and BusyBox alike
         else:
             session = {"start_new_session": True, "preexec_fn": _take_terminal}
         proc = subprocess.Popen(

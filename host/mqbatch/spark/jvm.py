@@ -316,17 +316,21 @@ def result_type():
     )
 
 
-def registered(spark) -> bool:
-    """Whether the session's JVM has the fast path's class; False (said once) when it does
-    not, e.g. a session started without spark.jars."""
+FIGURES_CLASS = "mqbatch.jvm.BootFigures"  # the report's pass (boot_figures)
+
+
+def registered(spark, name: str = CLASS) -> bool:
+    """Whether the session's JVM has the fast path's class (or the class `name` of its jar);
+    False (said once) when it does not, e.g. a session started without spark.jars, or with
+    an older mqbatch jar that has no such class."""
     try:
         spark._jvm.java.lang.Class.forName(
-            CLASS, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+            name, False, spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
         )
     except Exception as e:  # noqa: BLE001 - py4j's error for a missing class: the Python path decodes
         if not os.environ.get(OFF_SAID):  # else `mqbatch spark` already said why (no jar to ship)
             _note(
-                f"the JVM fast path is off in this session ({CLASS} is not on its class path: start it with "
+                f"the JVM fast path is off in this session ({name} is not on its class path: start it with "
                 f"mqbatch.spark.session() or spark.jars=mqbatch.spark.jvm.jar()): {type(e).__name__}"
             )
         return False

@@ -287,7 +287,7 @@ def _boot_figures(unique: DataFrame, opts: JobOptions, by_device: bool) -> DataF
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
         .select(*arrival.IN_COLUMNS, *(["released", "latency"] if by_device else []))
     )
-    if jvm.registered(unique.sparkSession):  # the same pass in the JVM: no Python worker
+    if jvm.registered(unique.sparkSession, jvm.FIGURES_CLASS):  # the same pass in the JVM: no Python worker
         figures = jvm.boot_figures(rows, opts.reorder_window, by_device)
     else:
         assert not by_device, "the per-device figures are the JVM pass's only"
@@ -426,16 +426,19 @@ def build_report(
 ) -> dict:
     """report.json: deterministic (only data-derived values, sorted keys). `unique` is
     deduplicate(records(decoded)) when the caller already has it; `bad_files` the
-    quarantined landing files (files.BadFile). Four small aggregates are collected at once
-    (outcomes, per boot, latency, released per boot: _collect_together) and merged on the driver.
-    Without `unique`, the records are de-duplicated once, on their arrival keys only
-    (first_arrivals, persisted while the aggregates run), for the two that read them."""
+    quarantined landing files (files.BadFile). Small aggregates are collected at once
+    (_collect_together) and merged on the driver: the outcome counts, and with the jar one JVM
+    pass for the per-boot figures, each boot's released and each device's latency
+    (_boot_figures by device); without it boot_quality, latency_percentiles and
+    released_per_boot apart. Without `unique`, the records are de-duplicated once, on their
+    arrival keys only (first_arrivals, persisted while the aggregates run), for those that
+    read them."""
     keys = None
     if unique is None:
         keys = first_arrivals(records(decoded)).persist(StorageLevel.MEMORY_AND_DISK)
         unique = keys.where(F.col(FIRST))
     try:
-        if jvm.registered(decoded.sparkSession):  # per boot, released and latency in one JVM pass
+        if jvm.registered(decoded.sparkSession, jvm.FIGURES_CLASS):  # per boot, released, latency: one JVM pass
             outcomes, boots = _collect_together(
                 lambda: outcome_counts(decoded), _boot_figures(unique, opts, by_device=True).collect
             )
@@ -444,6 +447,8 @@ def build_report(
                 for b in boots
                 if b["latency_n"] is not None
             ]
+            if len({r["device"] for r in latency}) != len(latency):  # a device's rows in two tasks
+                raise RuntimeError("mqbatch.spark: a device's latency figures came from two tasks: a bug of the job")
             released = [b for b in boots if b["released"] is not None]
         else:
             outcomes, boots, latency, released = _collect_together(

@@ -169,7 +169,10 @@ REPORT_STATE = ".report-state.json"
 
 # the modules whose code makes report.json (build_report and what it calls): a report written by
 # other code (an upgrade, a fix) is computed again
-REPORT_CODE = ("pipeline.py", "accounting.py", "arrival.py", "schema.py", "options.py", "stream.py")
+REPORT_CODE = (
+    *("pipeline.py", "accounting.py", "arrival.py", "schema.py", "options.py", "stream.py"),
+    *("jvm.py", "java/BootFigures.java"),  # the report's JVM pass (per boot, released, latency)
+)
 
 
 @functools.lru_cache(maxsize=1)

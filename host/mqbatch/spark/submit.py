@@ -32,10 +32,11 @@ TO_STDERR = (PROGRESS.encode(), LOCK_HELD.encode())  # lines of the job's stdout
 
 
 def build_pyfiles(target: pathlib.Path) -> pathlib.Path:
-    """A zip of the mqbatch package (sources only) for --py-files."""
+    """A zip of the mqbatch package (sources only: its Python, and the Java of the JVM pass,
+    whose text the stream's reuse of a report hashes, stream.REPORT_CODE) for --py-files."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-        for path in sorted(PACKAGE.rglob("*.py")):
+        for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.java")]):
             z.write(path, pathlib.Path("mqbatch") / path.relative_to(PACKAGE))
     return target
 

@@ -30,8 +30,9 @@ import org.apache.spark.sql.types.StructType;
  *
  * Memory: one boot at a time, and of it the first arrivals' seqs that may still end up at
  * or below (highest seq - window): trimmed when twice max(1,024, window, what was kept) are
- * held, as the Python pass does. With latencies, a device's latencies (8 bytes each), as
- * Spark's own percentile holds its values.
+ * held, as the Python pass does. With latencies, a device's latencies: 8 bytes each, up to
+ * twice that while the array grows, outside Spark's memory accounting (Spark's own percentile
+ * holds a device's values too, boxed in a hash map).
  */
 public final class BootFigures implements MapPartitionsFunction<Row, Row> {
     private static final long serialVersionUID = 1L;
@@ -126,8 +127,8 @@ public final class BootFigures implements MapPartitionsFunction<Row, Row> {
         /** For each p: position (n - 1) * p between the ranks floor and ceil of it, the two
          *  values there weighted by the distance (the value itself when both are equal). */
         double[] percentiles(double... ps) {
-            double[] sorted = java.util.Arrays.copyOf(values, n);
-            java.util.Arrays.sort(sorted);
+            double[] sorted = values;  // sorted in place: the device's last use of them
+            java.util.Arrays.sort(sorted, 0, n);
             double[] out = new double[ps.length];
             for (int i = 0; i < ps.length; i++) {
                 double position = (n - 1L) * ps[i];
