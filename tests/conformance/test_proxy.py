@@ -486,6 +486,26 @@ def test_what_the_client_sent_before_it_saw_the_probe_cut_is_still_checked():
     assert _probe_cut_then_resume(H("c0 00"), pub(3, flags=0x3A, topic=b"t")) == ["MQTT-DUP"]
 
 
+def test_a_resume_is_checked_after_what_the_client_sent_on_the_connection_it_left(monkeypatch):
+    """The same, with the old connection's client pump late (a loaded machine: CI once saw
+    the resend check come out empty): the client had read the close, closed and resumed on
+    a new connection before the proxy fed the PUBLISH it sent after the cut, so the resume
+    was checked against a session without it (no MQTT-RESEND; a right DUP resend named
+    MQTT-DUP). A new connection's packets now wait until the connections being drained have
+    been read to their end (DRAIN_S at most)."""
+    slow = Proxy._packet
+
+    def late_after_the_cut(self, c, direction, raw, dst):
+        if direction == C2S and c.broker_gone:
+            time.sleep(1.0)
+        return slow(self, c, direction, raw, dst)
+
+    monkeypatch.setattr(Proxy, "_packet", late_after_the_cut)
+    late = pub(2, topic=b"t")
+    assert _probe_cut_then_resume(late, pub(3, topic=b"t")) == ["MQTT-RESEND"]
+    assert _probe_cut_then_resume(late, pub(2, flags=0x3A, topic=b"t")) == []
+
+
 def test_proxy_reports_a_violation_it_relays():
     echo = Echo(mini_broker)
     with Proxy("127.0.0.1", echo.port) as px, socket.create_connection(("127.0.0.1", px.port)) as s:

@@ -99,6 +99,10 @@ class Proxy:
         self.refused = 0  # connects refused by refuse_connects() or a broker that was down
         self._lock = threading.Lock()
         self._conns: dict[int, _Conn] = {}
+        # connections whose broker side the proxy closed and whose client side is still read to
+        # its end: a newer connection's packets wait for them (what the client sent before it
+        # left is checked before its resume)
+        self._draining: dict[int, _Conn] = {}
         self._pumps: list[threading.Thread] = []
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -165,7 +169,7 @@ class Proxy:
         self._delay = 0.0
         deadline = time.monotonic() + DRAIN_S
         with self._lock:
-            conns = list(self._conns.values())
+            conns = [*self._conns.values(), *self._draining.values()]
         for c in conns:
             c.client_done.wait(max(0.0, deadline - time.monotonic()))
         self._drop_all()
@@ -316,6 +320,8 @@ class Proxy:
     def _pump(self, c: _Conn, direction: str) -> None:
         src, dst = c.socks if direction == C2S else c.socks[::-1]
         buf = b""
+        if direction == C2S:
+            self._after_drained(c)
         try:
             while True:
                 data = src.recv(65536)
@@ -373,6 +379,16 @@ class Proxy:
         finally:
             self._pump_end(c, direction, src, dst)
 
+    def _after_drained(self, c: _Conn) -> None:
+        """Before a connection's first packet: wait until the older connections the proxy is
+        draining have been read to their end (DRAIN_S at most: _pump_end closes them then), so a
+        client's resume is checked after what it sent on the connection it left."""
+        deadline = time.monotonic() + DRAIN_S
+        with self._lock:
+            older = [d for n, d in self._draining.items() if n < c.number]
+        for d in older:
+            d.client_done.wait(max(0.0, deadline - time.monotonic()))
+
     def _record_only(self, c: _Conn, direction: str, buf: bytes) -> bytes:
         """Frame and record the whole packets of a connection that is not MQTT 5 (its bytes are
         relayed by the caller, unchecked): the benchmarks read an MQTT 3.1.1 client's packets.
@@ -424,6 +440,8 @@ class Proxy:
     def _pump_end(self, c: _Conn, direction: str, src, dst) -> None:
         if direction == C2S:
             c.client_done.set()
+            with self._lock:
+                self._draining.pop(c.number, None)
         else:
             # the broker closed: the client sees it (half-close), and what the client had already
             # sent (a DISCONNECT, a packet after it) is still read and checked for a moment
@@ -537,6 +555,8 @@ class Proxy:
         with self._lock:
             if self._conns.pop(c.number, None) is not None and c.check is not None:
                 self._close_check(c)
+            if action == "close" and direction == S2C:
+                self._draining[c.number] = c
         if action == "close":  # an orderly close: what was forwarded is read before the end of stream
             c.reset = True
             socks = c.socks
