@@ -198,6 +198,27 @@ def test_the_interpreter_leads_a_session_whose_terminal_is_its_pty(tmp_path, mon
         assert tty_nr != 0 and tty_nr == stdin.st_rdev, f"controlling tty {tty_nr}, its pty {stdin.st_rdev}"
 
 
+class NeverUpBoard(VirtualBoard):
+    """A board whose interpreter cannot start (as `setsid -c` failing would leave it)."""
+
+    def _command(self) -> list[str]:
+        return ["sh", "-c", "exit 3"]
+
+
+def test_an_interpreter_that_never_comes_up_is_said_once_not_restarted_silently(tmp_path, capfd):
+    """The supervisor restarts an interpreter that ended; one that ends before the board is
+    up, again and again, is said once (stderr and the port, so console.log), not hidden."""
+    vb = NeverUpBoard(tmp_path / "board")
+    with vb:
+        deadline = time.monotonic() + 20
+        while vb.boots < 4:
+            assert time.monotonic() < deadline, f"only {vb.boots} starts"
+            time.sleep(0.05)
+    line = "vboard: the interpreter exited with 3 before the board came up (restarting)"
+    assert capfd.readouterr().err.count(line) == 1
+    assert (tmp_path / "board" / "console.log").read_text().count(line) == 1
+
+
 class SlowBootBoard(VirtualBoard):
     """A virtual board whose interpreter takes `delay` s to start, as on a loaded machine."""
 

@@ -210,7 +210,7 @@ class VirtualBoard:
     def _run(self) -> None:
         log = open(self.console_log, "ab")
         host_master = self._host[0]  # type: ignore[index]
-        soft = False
+        soft = failing = False
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -275,6 +275,16 @@ class VirtualBoard:
                 os.close(dev)
                 if up_r >= 0:
                     os.close(up_r)
+                # it ended by itself before the board was up (not by a reset's signal), as when setsid
+                # cannot take the terminal: said once a streak, on stderr and the port (console.log)
+                if not up and proc.returncode > 0 and not self._stop.is_set():
+                    if not failing:
+                        line = f"vboard: the interpreter exited with {proc.returncode} before the board came up"
+                        self._to_host(f"{line} (restarting)\r\n".encode(), log)
+                        print(f"{line} (restarting)", file=sys.stderr, flush=True)
+                    failing = True
+                elif up:
+                    failing = False
                 # the Unix port ends at Ctrl-D in the raw REPL (exit 0): a board soft-resets there
                 soft = self._raw and proc.returncode == 0 and last_host.endswith(b"\x04")
                 if soft:
