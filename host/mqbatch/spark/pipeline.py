@@ -261,15 +261,11 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     return _boot_figures(unique, opts, by_device=False)
 
 
-BOOT_COLUMNS = [
-    *("device", "boot", "unique", "out_of_order", "missing", "pending"),
-    *("max_seq", "dropped_on_device", "key_collisions"),
-]
 DEVICE_EXTRAS = ["released", "latency_n", "p50", "p95", "p99"]  # _boot_figures(by_device=True)
 
 
 def _boot_figures(unique: DataFrame, opts: JobOptions, by_device: bool) -> DataFrame:
-    """boot_quality's rows (BOOT_COLUMNS); by_device (the JVM pass only): a device's rows in
+    """boot_quality's rows; by_device (the JVM pass only): a device's rows in
     one partition and DEVICE_EXTRAS on each boot's row too: its highest released_unconfirmed
     reading (RELEASED where `unique` carries it, else from its readings) and, on the device's
     last boot only, its latency percentiles (latency_percentiles' figures). One pass for what
