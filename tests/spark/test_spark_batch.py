@@ -121,7 +121,7 @@ def test_batch_job_equals_the_pipelines_definition(spark, tmp_path, case, flagge
     after all)."""
     from mqbatch.spark import RECORD_COLUMNS, JobOptions, pipeline, run_batch
 
-    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, paths=None: flagged)  # (tested below)
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, *paths_and_rows: flagged)  # (tested below)
     rows, options = CASES[case]
     landing = tmp_path / "landing"
     write_rows(landing, rows())
@@ -190,7 +190,7 @@ def test_the_decode_pass_flags_copies_without_a_shuffle_of_its_own(spark, tmp_pa
     from mqbatch.spark import JobOptions, pipeline, run_batch
 
     write_rows(tmp_path / "landing", _resend())
-    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, paths=None: True)
+    monkeypatch.setattr(pipeline, "flags_in_decode", lambda spark, landed, *paths_and_rows: True)
     real, plans = pipeline.staged_rows, []
 
     def spy(rows, part, flagging):

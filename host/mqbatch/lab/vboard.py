@@ -279,9 +279,9 @@ class VirtualBoard:
                 # cannot take the terminal: said once a streak, on stderr and the port (console.log)
                 if not up and proc.returncode > 0 and not self._stop.is_set():
                     if not failing:
-                        line = f"vboard: the interpreter exited with {proc.returncode} before the board came up"
-                        self._to_host(f"{line} (restarting)\r\n".encode(), log)
-                        print(f"{line} (restarting)", file=sys.stderr, flush=True)
+                        line = f"vboard: the interpreter exited with {proc.returncode} before the board came up (restarting)"
+                        self._to_host(f"{line}\r\n".encode(), log)
+                        print(line, file=sys.stderr, flush=True)
                     failing = True
                 elif up:
                     failing = False

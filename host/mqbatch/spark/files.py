@@ -178,15 +178,18 @@ def row_count(paths: list[str]) -> int | None:
 DRIVER_TOPIC_ROWS = 20_000_000
 
 
-def topic_rows(paths: list[str]) -> dict | None:
+def topic_rows(paths: list[str], rows: int | None = None) -> dict | None:
     """Landed rows per topic of these (readable, checked) local files, a null topic counted as
     the topic None; None when one is a URL (not read on the driver) or when they hold more
-    than DRIVER_TOPIC_ROWS rows (their footers say). Only the topic column is read, a file at
+    than DRIVER_TOPIC_ROWS rows (`rows`, the caller's row_count(paths), else their footers
+    read here). Only the topic column is read, a file at
     a time, as a dictionary (the recorder's files hold it dictionary-encoded): run_batch's
     decision (pipeline.flags_in_decode) without a Spark job."""
     import pyarrow.compute as pc
 
-    if any("://" in p for p in paths) or (row_count(paths) or 0) > DRIVER_TOPIC_ROWS:
+    if any("://" in p for p in paths):
+        return None
+    if ((row_count(paths) or 0) if rows is None else rows) > DRIVER_TOPIC_ROWS:
         return None
     counts: dict = {}
     for p in paths:

@@ -258,14 +258,15 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     boot's first arrivals are unique, so its absent seqs are max_seq + 1 - keys, of which
     `missing` are those at or below max_seq - window. Gaps and order count one record per
     (device, boot, seq) (KEY_FIRST); `key_collisions` are the kept records beyond it."""
-    return _boot_figures(unique, opts, by_device=False)
+    return _boot_figures(unique, opts, in_jvm=jvm.registered(unique.sparkSession, jvm.FIGURES_CLASS))
 
 
 DEVICE_EXTRAS = ["released", "latency_n", "p50", "p95", "p99"]  # _boot_figures(by_device=True)
 
 
-def _boot_figures(unique: DataFrame, opts: JobOptions, by_device: bool) -> DataFrame:
-    """boot_quality's rows; by_device (the JVM pass only): a device's rows in
+def _boot_figures(unique: DataFrame, opts: JobOptions, in_jvm: bool, by_device: bool = False) -> DataFrame:
+    """boot_quality's rows, by the JVM pass (in_jvm: the caller found jvm.FIGURES_CLASS) or the
+    Python one; by_device (the JVM pass only): a device's rows in
     one partition and DEVICE_EXTRAS on each boot's row too: its highest released_unconfirmed
     reading (RELEASED where `unique` carries it, else from its readings) and, on the device's
     last boot only, its latency percentiles (latency_percentiles' figures). One pass for what
@@ -283,7 +284,7 @@ def _boot_figures(unique: DataFrame, opts: JobOptions, by_device: bool) -> DataF
         .sortWithinPartitions("device", "boot", *ARRIVAL_ORDER)
         .select(*arrival.IN_COLUMNS, *(["released", "latency"] if by_device else []))
     )
-    if jvm.registered(unique.sparkSession, jvm.FIGURES_CLASS):  # the same pass in the JVM: no Python worker
+    if in_jvm:  # the same pass in the JVM: no Python worker
         figures = jvm.boot_figures(rows, opts.reorder_window, by_device)
     else:
         assert not by_device, "the per-device figures are the JVM pass's only"
@@ -436,7 +437,7 @@ def build_report(
     try:
         if jvm.registered(decoded.sparkSession, jvm.FIGURES_CLASS):  # per boot, released, latency: one JVM pass
             outcomes, boots = _collect_together(
-                lambda: outcome_counts(decoded), _boot_figures(unique, opts, by_device=True).collect
+                lambda: outcome_counts(decoded), _boot_figures(unique, opts, in_jvm=True, by_device=True).collect
             )
             latency = [
                 {"device": b["device"], "latency_n": b["latency_n"], "lat": [b["p50"], b["p95"], b["p99"]]}
@@ -686,7 +687,9 @@ def _step(seconds: dict | None, name: str, say=None):
 TOPICS_PER_PARTITION = 4
 
 
-def flags_in_decode(spark: SparkSession, landed: DataFrame, paths: list[str] | None = None) -> bool:
+def flags_in_decode(
+    spark: SparkSession, landed: DataFrame, paths: list[str] | None = None, rows: int | None = None
+) -> bool:
     """Whether run_batch flags the copies while it decodes, which shuffles the landed rows by
     topic (all of a device's rows in one task): only with the JVM fast path (part 0 is then
     valid records only: the Python decoders' rows, quarantined ones too, stay unflagged in
@@ -701,7 +704,7 @@ def flags_in_decode(spark: SparkSession, landed: DataFrame, paths: list[str] | N
     if not jvm.registered(spark):
         return False
     parts = max(int(spark.conf.get("spark.sql.shuffle.partitions") or 0), spark.sparkContext.defaultParallelism)
-    counts = landing_files.topic_rows(paths) if paths is not None else None
+    counts = landing_files.topic_rows(paths, rows) if paths is not None else None
     if counts is not None:
         topics, most, total = len(counts), max(counts.values(), default=0), sum(counts.values())
     else:
@@ -750,13 +753,13 @@ def run_batch(
         paths, bad_files = landing_files.scan(landing)
         size_shuffle(spark, paths)
         landed = read_landing(spark, paths)
-        flagging = bool(paths) and flags_in_decode(spark, landed, paths)
+        in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
+        flagging = bool(paths) and flags_in_decode(spark, landed, paths, in_files)
     staging = f"{out.rstrip('/')}/{STAGING}"
 
     def stage(rows: DataFrame, part: int) -> None:
         staged_rows(rows, part, flagging).write.mode("overwrite" if part == 0 else "append").parquet(staging)
 
-    in_files = landing_files.row_count(paths)  # from the Parquet footers; None for URLs
     with _step(seconds, "decode and flag copies (to staging)" if flagging else "decode (to staging)", say):
         python = job_decode_to(spark, landed.repartition("topic") if flagging else landed, opts, stage)["python"]
     staged = DECODED_SCHEMA.fields + [T.StructField(ROW_ID, T.LongType()), T.StructField(CONTENT, T.LongType())]
