@@ -253,6 +253,90 @@ def test_with_hmac_keys_the_fast_path_takes_only_the_batches_that_verify(spark, 
     assert key1.hex() not in plan and key2.hex() not in plan and "batch-hmac" in plan  # no key in a printed plan
 
 
+def _live_in_driver(spark, class_name: str) -> int:
+    """Live instances of class_name in the session's JVM, by `jcmd GC.class_histogram` (a full
+    GC first: unreachable objects are not counted)."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    lines = subprocess.run(
+        ["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.splitlines()
+    return sum(int(line.split()[1]) for line in lines if line.split()[3:4] == [class_name])
+
+
+def test_a_stream_of_micro_batches_makes_its_decoders_once(spark, tmp_path):
+    """Every micro-batch decodes with the same options (mqbatch.spark.stream): the session's
+    functions are made once, not once per micro-batch. Each registration made a decoder that
+    parses --hmac-keys into a map (10,000 devices: about 3 MB), and the session's plans kept
+    old ones: a 10,000-device soak's stream (1 GB driver) ran out of heap after about 140
+    micro-batches (docs/scale.md, run 16). Checked: the functions' builders stay the same
+    objects, and the fast path's decoders live in the driver's JVM (counted by jcmd, after a
+    full GC) do not grow from the 5th "micro-batch" to the 40th: before, about one more a
+    micro-batch (14 after 5, 43 after 60, alone in a session); now 6 to 8 from the fifth on
+    (the functions' own and the copies the last job's tasks hold)."""
+    import shutil
+
+    keys = tuple((f"dev-{i}", i.to_bytes(4, "big") * 8) for i in range(2_000))
+    opts = JobOptions(hmac_keys=keys)
+    write_landing(tmp_path / "landing", "r1", 0, [publish([rec()])])
+    registry = spark._jsparkSession.sessionState().functionRegistry()
+    identity = spark._jvm.java.lang.System.identityHashCode
+
+    def builders() -> list[int]:
+        names = [f"{prefix}_{jvm._key(opts)}" for prefix in (jvm.DECODE, jvm.IS_FAST)]
+        found = [
+            registry.lookupFunctionBuilder(spark._jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(n))
+            for n in names
+        ]
+        return [identity(f.get()) if f.isDefined() else None for f in found]
+
+    def micro_batch():
+        decoded = pipeline.job_decode(spark, pipeline.read_landing(spark, str(tmp_path / "landing")), opts)
+        assert decoded.where(F.col("reason").isNull()).count() == 0  # unsigned: BATCH_HMAC_MISSING
+
+    micro_batch()
+    first = builders()
+    assert None not in first
+    counting = shutil.which("jcmd") is not None
+    for _ in range(4):
+        micro_batch()
+    before = _live_in_driver(spark, "mqbatch.jvm.BatchDecoder") if counting else 0
+    for _ in range(35):
+        micro_batch()
+    assert builders() == first
+    if not counting:
+        pytest.skip("no jcmd (a JDK tool) on PATH: the driver's live decoders cannot be counted")
+    # (a margin for the copies the last job's tasks may still hold: two functions, two tasks)
+    assert _live_in_driver(spark, "mqbatch.jvm.BatchDecoder") <= before + 6
+
+
+def test_the_keys_reach_the_tasks_once_not_in_every_task_binary(spark, tmp_path):
+    """With --hmac-keys of 10,000 devices the decoder serialises (into each stage's task
+    binary) to a few hundred bytes, not the 750 kB keys text; two key sets in one JVM each
+    verify under their own keys (the parsed keys are shared between copies of one set only)."""
+    import hashlib
+    import hmac
+
+    from mqbatch.wire import integrity
+
+    keys = tuple((f"dev-{i}", i.to_bytes(4, "big") * 8) for i in range(10_000))
+    serialize = spark._jvm.org.apache.spark.util.Utils.serialize
+    assert len(serialize(jvm.decoder(spark, JobOptions(hmac_keys=keys)))) < 2_000
+    assert len(jvm.keys_text(JobOptions(hmac_keys=keys))) > 700_000
+
+    subs = [rec()]
+    _, payload = codec.encode_batch(subs)
+    base = [("batch-format", "v1"), ("batch-size", "1")]
+    topic = "mqbatch/dev-1/telemetry"
+    mac = hmac.new(b"a" * 32, integrity.message(topic, base, payload), hashlib.sha256).hexdigest()
+    write_landing(
+        tmp_path / "landing", "r1", 0, [publish(subs, topic, props=[*base, (integrity.PROPERTY, mac)], payload=payload)]
+    )
+    landed_df = pipeline.read_landing(spark, str(tmp_path / "landing"))
+    for key, fast in [(b"a" * 32, True), (b"b" * 32, False), (b"a" * 32, True)]:
+        opts = JobOptions(hmac_keys=(("dev-1", key),))
+        assert [r.f for r in landed_df.select(jvm.is_fast(spark, opts).alias("f")).collect()] == [fast], key
+
+
 def test_the_java_mac_reproduces_the_shared_vectors(spark):
     """tests/vectors/batch_hmac_v1.json (computed by integrity.sign; the device's mqb_hmac and
     the host's verify are held to the same): keys of 16, 32 and 64 bytes, other topics."""
