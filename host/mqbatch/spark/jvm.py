@@ -243,23 +243,37 @@ def _function(spark, name: str, method: str, opts, accumulator, result) -> None:
     """Registers `name` in the session: BatchDecoder.`method` on an instance holding the options
     (and the keys, which its toString never shows). Once per session: a name without an
     accumulator stands for its options and keys (_key), and a stream asks for it in every
-    micro-batch; each new instance parses the keys into a map of its own, and the session's
-    plans keep old instances (a 1 GB driver ran out of heap after about 140 micro-batches of a
-    10,000-device fleet's keys)."""
-    if accumulator is None and spark.catalog.functionExists(name):
-        return
+    micro-batch; each new instance held its own parse of the keys, and the session's plans kept
+    old instances (a 1 GB driver ran out of heap after about 140 micro-batches of a
+    10,000-device fleet's keys). Asked of the session's function registry itself (the catalog's
+    functionExists also looks in the current catalog and database)."""
+    if accumulator is None:
+        ident = spark._jvm.org.apache.spark.sql.catalyst.FunctionIdentifier.apply(name)
+        if spark._jsparkSession.sessionState().functionRegistry().functionExists(ident):
+            return
     target = decoder(spark, opts, accumulator)
     spark._jvm.mqbatch.jvm.BatchDecoder.register(
         spark._jsparkSession, name, target, method, spark._jsparkSession.parseDataType(result.json())
     )
 
 
+_SHARED: tuple = ()  # (application id, _key, the keys' broadcast): the last one made
+
+
 def decoder(spark, opts, accumulator=None):
     """A BatchDecoder (a py4j object) of the options; the keys reach it as a Spark broadcast,
     read once per executor: in the decoder itself they went into every stage's task binary
-    (about 75 bytes a device: 2 MB with 10,000 devices, five stages a micro-batch)."""
+    (about 75 bytes a device: 2 MB with 10,000 devices, five stages a micro-batch). One
+    broadcast per key set and application: the batch job's counting decoders (a function of
+    their own per call) share it."""
+    global _SHARED
     text = keys_text(opts)
-    shared = None if text is None else spark.sparkContext._jsc.broadcast(text)
+    shared = None
+    if text is not None:
+        tag = (spark.sparkContext.applicationId, _key(opts))
+        if _SHARED[:2] != tag:
+            _SHARED = (*tag, spark.sparkContext._jsc.broadcast(text))
+        shared = _SHARED[2]
     return spark._jvm.mqbatch.jvm.BatchDecoder(options_text(opts), accumulator, shared)
 
 
