@@ -419,3 +419,35 @@ def test_the_look_back_lists_its_files_without_a_spark_job(spark, tmp_path, monk
     schema = "device string, boot bigint, seq bigint"
     _, plain = jobs_of("plain-listing", lambda: spark.read.schema(schema).parquet(*files))
     assert plain, "a read of 40 paths ran no listing job: the test no longer shows what it guards"
+
+
+def test_the_streams_report_takes_shuffle_partitions_by_its_history(spark, tmp_path, monkeypatch):
+    """The stream's report de-duplicates the whole history's arrival keys in a persisted
+    repartition (pipeline.build_report). With the micro-batches' few shuffle partitions (two,
+    as `bench fleet` starts the job) a partition of an 18-million-record history did not fit
+    a 1 GB driver: the report ran out of heap, and so did every restart (docs/scale.md, the
+    30-minute run). It now runs with at least one partition per REPORT_BYTES_PER_PARTITION of
+    _decoded/, never fewer than the session has; the session's setting is as it was after."""
+    import mqbatch.spark as S
+    from mqbatch.spark import stream
+
+    small_landing(tmp_path / "landing")
+    out = tmp_path / "out"
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    S.run_stream(spark, str(tmp_path / "landing"), str(out), S.JobOptions())
+    history = sum(f.stat().st_size for f in (out / "_decoded").rglob("*.parquet"))
+    seen_partitions = []
+    real = stream.build_report
+
+    def build_report(*args, **kwargs):
+        seen_partitions.append(int(spark.conf.get("spark.sql.shuffle.partitions")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "build_report", build_report)
+    monkeypatch.setattr(stream, "REPORT_BYTES_PER_PARTITION", history // 5)
+    report = stream._report_of(spark, out, [], S.JobOptions(), str(tmp_path / "landing"))
+    check_small(report, spark, out)  # (the same report as the stream wrote)
+    monkeypatch.setattr(stream, "REPORT_BYTES_PER_PARTITION", history * 10)  # a small history: as set
+    stream._report_of(spark, out, [], S.JobOptions(), None)
+    assert seen_partitions == [-(-history // (history // 5)), 2]
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"

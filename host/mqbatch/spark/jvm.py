@@ -366,6 +366,10 @@ def registered(spark, name: str = CLASS) -> bool:
     return True
 
 
+# the by-device pass's columns after arrival.SCHEMA's, in BootFigures' order, and their types
+DEVICE_EXTRAS = {"released": "long", "latency_n": "long", "p50": "double", "p95": "double", "p99": "double"}
+
+
 def boot_figures(rows, window: int, by_device: bool = False):
     """DataFrame: the report's per-boot figures (mqbatch.spark.arrival.SCHEMA) of `rows`
     (arrival.IN_COLUMNS, a boot in one partition, sorted by device, boot and arrival), by
@@ -374,7 +378,6 @@ def boot_figures(rows, window: int, by_device: bool = False):
     not synchronised), a device's rows in one partition, and the result DEVICE_EXTRAS (each
     boot's highest released, the device's latency n and percentiles on its last boot). Only
     in a session with the jar (registered())."""
-    from pyspark.sql import types as T
     from pyspark.sql.classic.dataframe import DataFrame
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -382,8 +385,8 @@ def boot_figures(rows, window: int, by_device: bool = False):
 
     spark = rows.sparkSession
     schema = from_arrow_schema(arrival.SCHEMA)
-    if by_device:  # pipeline.DEVICE_EXTRAS
-        schema = schema.add("released", T.LongType()).add("latency_n", T.LongType())
-        schema = schema.add("p50", T.DoubleType()).add("p95", T.DoubleType()).add("p99", T.DoubleType())
+    if by_device:
+        for name, kind in DEVICE_EXTRAS.items():
+            schema = schema.add(name, kind)
     java_schema = spark._jsparkSession.parseDataType(schema.json())
     return DataFrame(spark._jvm.mqbatch.jvm.BootFigures.apply(rows._jdf, int(window), java_schema), spark)

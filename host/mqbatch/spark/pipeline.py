@@ -261,7 +261,7 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     return _boot_figures(unique, opts, in_jvm=jvm.registered(unique.sparkSession, jvm.FIGURES_CLASS))
 
 
-DEVICE_EXTRAS = ["released", "latency_n", "p50", "p95", "p99"]  # _boot_figures(by_device=True)
+DEVICE_EXTRAS = list(jvm.DEVICE_EXTRAS)  # _boot_figures(by_device=True)
 
 
 def _boot_figures(unique: DataFrame, opts: JobOptions, in_jvm: bool, by_device: bool = False) -> DataFrame:

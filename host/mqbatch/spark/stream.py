@@ -40,6 +40,7 @@ import functools
 import hashlib
 import importlib.resources
 import json
+import math
 import os
 import pathlib
 import re
@@ -114,13 +115,16 @@ def _report_of(spark: SparkSession, out: pathlib.Path, bad: list[dict], opts: Jo
     the rows of batches an older mqbatch committed (KEYED)."""
     decoded_dir = out / "_decoded"
     schema = T.StructType(DECODED_SCHEMA.fields + [T.StructField(CONTENT, T.LongType())])
+    history = 0
     if _has_parquet(decoded_dir):
         decoded = spark.read.schema(schema).parquet(str(decoded_dir))
         if any(not c.get(KEYED) for c in _committed(out)):
             decoded = decoded.withColumn(CONTENT, F.coalesce(F.col(CONTENT), content_hash()))
+        history = sum(f.stat().st_size for f in decoded_dir.rglob("*.parquet"))
     else:
         decoded = spark.createDataFrame([], schema)
-    report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
+    with _at_least(spark, SHUFFLE_PARTITIONS, math.ceil(history / REPORT_BYTES_PER_PARTITION)):
+        report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
     if landing is not None:
         report["skipped_landing_entries"] = landing_files.skipped_report(landing)
     return report
@@ -356,26 +360,38 @@ def _earlier_copies(spark: SparkSession, out: pathlib.Path, since_us: int, from_
 
 
 PARALLEL_LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# the stream's report takes at least one shuffle partition per this many bytes of _decoded/
+# (narrow rows: about 15 bytes a record in its Parquet, some 60-100 in the persisted arrival
+# keys of build_report): about a million records a partition. With the micro-batches' two, a
+# partition of an 18 M-record history ran a 1 GB driver out of heap (docs/scale.md)
+REPORT_BYTES_PER_PARTITION = 16 * 1024 * 1024
 
 
-@contextlib.contextmanager
 def _listed_here(spark: SparkSession, paths: int):
     """Spark lists more paths than PARALLEL_LISTING's value (32 by default) with a Spark job of
     its own, a task per path: 0.57 s for the 128 files of a look-back over 6 M records on 2
     cores, more than the driver takes to stat them. The look-back's files are local (found
     with pathlib, _look_back), so while `paths` are read the driver lists them itself."""
-    before = spark.conf.get(PARALLEL_LISTING)
-    if before is not None and paths <= int(before):
+    return _at_least(spark, PARALLEL_LISTING, paths)
+
+
+@contextlib.contextmanager
+def _at_least(spark: SparkSession, key: str, value: int):
+    """Within the block the session's setting `key` (an integer) is at least `value`; after it,
+    as it was (unset if it was)."""
+    before = spark.conf.get(key)
+    if before is not None and value <= int(before):
         yield
         return
-    spark.conf.set(PARALLEL_LISTING, str(paths))
+    spark.conf.set(key, str(value))
     try:
         yield
     finally:
         if before is None:
-            spark.conf.unset(PARALLEL_LISTING)
+            spark.conf.unset(key)
         else:
-            spark.conf.set(PARALLEL_LISTING, before)
+            spark.conf.set(key, before)
 
 
 def _since_us(spark: SparkSession, first_us: int, watermark: str) -> int:
