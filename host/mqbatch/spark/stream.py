@@ -115,14 +115,14 @@ def _report_of(spark: SparkSession, out: pathlib.Path, bad: list[dict], opts: Jo
     the rows of batches an older mqbatch committed (KEYED)."""
     decoded_dir = out / "_decoded"
     schema = T.StructType(DECODED_SCHEMA.fields + [T.StructField(CONTENT, T.LongType())])
-    history = 0
-    if _has_parquet(decoded_dir):
+    parts = list(decoded_dir.rglob("*.parquet")) if decoded_dir.is_dir() else []
+    if parts:
         decoded = spark.read.schema(schema).parquet(str(decoded_dir))
         if any(not c.get(KEYED) for c in _committed(out)):
             decoded = decoded.withColumn(CONTENT, F.coalesce(F.col(CONTENT), content_hash()))
-        history = sum(f.stat().st_size for f in decoded_dir.rglob("*.parquet"))
     else:
         decoded = spark.createDataFrame([], schema)
+    history = sum(f.stat().st_size for f in parts)  # the report's shuffle partitions (below)
     with _at_least(spark, SHUFFLE_PARTITIONS, math.ceil(history / REPORT_BYTES_PER_PARTITION)):
         report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
     if landing is not None:
