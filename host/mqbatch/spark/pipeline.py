@@ -261,13 +261,10 @@ def boot_quality(unique: DataFrame, opts: JobOptions) -> DataFrame:
     return _boot_figures(unique, opts, in_jvm=jvm.registered(unique.sparkSession, jvm.FIGURES_CLASS))
 
 
-DEVICE_EXTRAS = list(jvm.DEVICE_EXTRAS)  # _boot_figures(by_device=True)
-
-
 def _boot_figures(unique: DataFrame, opts: JobOptions, in_jvm: bool, by_device: bool = False) -> DataFrame:
     """boot_quality's rows, by the JVM pass (in_jvm: the caller found jvm.FIGURES_CLASS) or the
     Python one; by_device (the JVM pass only): a device's rows in
-    one partition and DEVICE_EXTRAS on each boot's row too: its highest released_unconfirmed
+    one partition and jvm.DEVICE_EXTRAS on each boot's row too: its highest released_unconfirmed
     reading (RELEASED where `unique` carries it, else from its readings) and, on the device's
     last boot only, its latency percentiles (latency_percentiles' figures). One pass for what
     were three Spark jobs of the report."""
@@ -301,7 +298,7 @@ def _boot_figures(unique: DataFrame, opts: JobOptions, in_jvm: bool, by_device: 
         "max_seq",
         "dropped_on_device",
         (F.col("unique") - F.col("keys")).alias("key_collisions"),
-        *(DEVICE_EXTRAS if by_device else []),
+        *(jvm.DEVICE_EXTRAS if by_device else ()),
     )
 
 
