@@ -141,6 +141,7 @@ def test_wheel_carries_device_code_license_and_metadata(wheel):
     spark_pkg = {str(p.relative_to(CHECKOUT / "host")) for p in (CHECKOUT / "host" / "mqbatch").rglob("*.py")}
     assert spark_pkg <= names, f"host modules missing from the wheel: {sorted(spark_pkg - names)}"
     assert {"mqbatch/spark/java/BatchDecoder.java", "mqbatch/spark/java/BootFigures.java"} <= names  # its sources
+    assert "mqbatch/spark/scheduler.xml" in names  # the scheduler pools spark-submit is given (beside.SCHEDULER)
     # ... and its jar, compiled at wheel-build time against this PySpark (setup.py): a JRE is enough
     from mqbatch.spark import jvm
 

@@ -493,6 +493,113 @@ def test_report_seconds_commits_a_micro_batch_without_recomputing_the_report(
         stream.ReportCadence(-1)
 
 
+def test_a_report_beside_the_stream_never_holds_a_micro_batch(job, spark, scenario, tmp_path, monkeypatch, capsys):
+    """--report-seconds (issue 24): report.json is computed beside the stream. Its cost grows with
+    the history (about a minute at 10,000 devices after 15 minutes, in the micro-batch's path):
+    here a report held until the test lets it go must not keep the next micro-batch from its
+    commit. The report runs in its own scheduler pool and session (a setting it changes does
+    not reach the stream's), counts the commits up to its batch, and the one on the way out
+    counts every commit."""
+    import threading
+
+    from mqbatch.spark import beside, stream
+
+    landing_dir, out = tmp_path / "landing", tmp_path / "out"
+    landing_dir.mkdir()
+    for name in ("landing-r1-00000000.parquet", "landing-r1-00000001.parquet"):
+        shutil.copy(scenario / name, landing_dir)
+    gate, inside, real = threading.Event(), [], stream.build_report
+
+    def held(decoded, *args, **kwargs):
+        session = decoded.sparkSession
+        session.conf.set("spark.sql.shuffle.partitions", "77")  # the report's own setting
+        inside.append(
+            (
+                spark.sparkContext.getLocalProperty("spark.scheduler.pool"),
+                session is spark,
+                spark.conf.get("spark.sql.shuffle.partitions"),
+            )
+        )
+        assert gate.wait(180), "the test never let the report go"
+        return real(decoded, *args, **kwargs)
+
+    monkeypatch.setattr(stream, "build_report", held)
+    result: dict = {}
+    opts = job.JobOptions(reorder_window=3)
+
+    def run():
+        try:
+            result["report"] = job.run_stream(
+                spark, str(landing_dir), str(out), opts, report_seconds=3600, max_bytes_per_trigger=1
+            )
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            result["error"] = e
+
+    streaming = threading.Thread(target=run, daemon=True)
+    streaming.start()
+    try:
+        committed = lambda: sorted(p.name for p in (out / "_batches").glob("*.json"))  # noqa: E731
+        deadline = time.monotonic() + 90
+        while len(committed()) < 2 and streaming.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # both micro-batches committed while batch 0's report was held
+        assert committed() == ["0000000000.json", "0000000001.json"], (committed(), result)
+        assert not (out / "report.json").exists()
+        assert inside and inside[0] == (beside.POOL, False, inside[0][2]) and inside[0][2] != "77", inside
+    finally:
+        gate.set()
+        streaming.join(300)
+    assert not streaming.is_alive() and "error" not in result, result
+    lines = capsys.readouterr().out.splitlines()
+    assert any(
+        x.startswith("batch 0: ") and x.endswith("report.json being recomputed beside the stream") for x in lines
+    ), lines
+    assert any(
+        x.startswith("batch 1: ") and "report.json not recomputed (the last one still running" in x for x in lines
+    ), lines
+    assert stream.report_behind(out) is None  # the report on the way out counts every commit
+    assert result["report"] == json.loads((out / "report.json").read_text()) == expected_report(False)
+
+
+def test_a_report_beside_the_stream_counts_its_commits_and_its_failure_fails_the_next_batch(
+    job, spark, scenario, tmp_path, monkeypatch
+):
+    """The report beside the stream counts the commits up to its batch, whatever committed since
+    (REPORT_STATE says so, and the report at the end is computed again); a report that fails
+    fails the next micro-batch with the reason (inline, it failed its own)."""
+    from mqbatch.spark import beside, stream
+
+    landing_dir, out, opts, first = _one_batch_streamed_then_a_second_file(job, spark, scenario, tmp_path)
+    shutil.rmtree(out)  # the same files again, as micro-batches called one by one
+    files = lambda name: spark.createDataFrame([(str(landing_dir / name),)], "path string")  # noqa: E731
+    aside, cadence = beside.Beside(spark), stream.ReportCadence(3600)
+    step = lambda n, name: stream.process_batch(
+        spark, files(name), n, str(out), opts, landing=str(landing_dir), cadence=cadence, beside=aside
+    )  # noqa: E731
+    real = stream._report_of
+    gate = __import__("threading").Event()
+    monkeypatch.setattr(stream, "_report_of", lambda *a, **k: (gate.wait(120), real(*a, **k))[1])
+    step(0, "landing-r1-00000000.parquet")
+    step(1, "landing-r1-00000001.parquet")  # committed while batch 0's report waits
+    gate.set()
+    aside._thread.join(120)
+    assert json.loads((out / "report.json").read_text()) == first  # batch 0's commits only
+    assert stream.report_behind(out).startswith("report.json counts 1 of the 2 committed micro-batches")
+    assert stream.stream_report(spark, str(out), opts, str(landing_dir)) == expected_report(False)  # again: both
+
+    def fails(*args, **kwargs):
+        raise ValueError("a report that cannot be made")
+
+    monkeypatch.setattr(stream, "_report_of", fails)
+    cadence.last = None  # due again
+    shutil.copy(landing_dir / "landing-r1-00000001.parquet", landing_dir / "landing-r1-00000002.parquet")
+    step(2, "landing-r1-00000002.parquet")
+    aside._thread.join(120)
+    with pytest.raises(RuntimeError, match="work beside the stream failed: a report that cannot be made"):
+        step(3, "landing-r1-00000002.parquet")
+    assert not (out / "_batches" / "0000000003.json").exists()
+
+
 def test_max_bytes_per_trigger_takes_a_backlog_in_bounded_steps(job, spark, scenario, tmp_path, capsys, batch_default):
     """--max-mb-per-trigger (issue 24): a 10,000-device stream's micro-batch of every file of a
     backlog ran out of heap. With a bound, each micro-batch takes at most that many bytes of

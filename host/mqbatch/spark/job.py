@@ -13,7 +13,7 @@ import sys
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from mqbatch.spark import cds, jvm
+from mqbatch.spark import beside, cds, jvm
 from mqbatch.spark.checkpoint import take_checkpoint
 from mqbatch.spark.lines import REPORT_WRITTEN
 from mqbatch.spark.options import add_arguments, check_paths, options_from
@@ -60,6 +60,9 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
     elif not conf.contains("spark.master"):
         conf.setMaster("local[*]")
     for key, value in conf_items.items():
+        conf.set(key, value)
+    # a micro-batch goes first, work beside the stream takes the idle cores (unless set otherwise)
+    for key, value in beside.scheduler_conf(dict(conf.getAll())).items():
         conf.set(key, value)
     spark = (
         SparkSession.builder.appName("mqbatch-telemetry")

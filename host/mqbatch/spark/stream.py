@@ -21,7 +21,10 @@ file source and its checkpoint decide which, by name). For batch id N the job
     when S seconds have passed since the last report (ReportCadence): else it writes the
     commit alone and report.json stays that of an earlier commit until a later micro-batch
     or a restart recomputes it (also while the stream is idle; a stop says so in one line);
-    the report's cost grows with the history, the rows' time to table must not.
+    the report's cost grows with the history, the rows' time to table must not. With
+    --report-seconds the report is computed beside the stream (mqbatch.spark.beside: a thread
+    and scheduler pool of its own, on the idle cores, of the commits up to N), so no
+    micro-batch waits for it; report.json then counts the commits up to the one it started at.
 
 So a SIGKILL at any moment, then a restart, gives the files of an uninterrupted run (the
 restart first deletes the files of a batch moved into place but not committed, then Spark
@@ -56,6 +59,7 @@ from pyspark.sql import types as T
 from mqbatch.spark import files as landing_files
 from mqbatch.spark import seen, warmup
 from mqbatch.spark.accounting import CHANNELS_READ
+from mqbatch.spark.beside import Beside
 from mqbatch.spark.checkpoint import (
     check_same_checkpoint,
     checkpoint_of,
@@ -108,17 +112,33 @@ def _committed(out: pathlib.Path) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in _commit_paths(out)]
 
 
-def _report_of(spark: SparkSession, out: pathlib.Path, bad: list[dict], opts: JobOptions, landing: str | None) -> dict:
+def _report_of(
+    spark: SparkSession,
+    out: pathlib.Path,
+    bad: list[dict],
+    opts: JobOptions,
+    landing: str | None,
+    upto: int | None = None,
+) -> dict:
     """report.json of the decoded rows under out/_decoded and the quarantined files `bad`
-    (with the landing entries the job skips, files.skipped_report, when `landing` is given).
-    The records' content hashes are read from _decoded/ (CONTENT), computed again only for
-    the rows of batches an older mqbatch committed (KEYED)."""
+    (with the landing entries the job skips, files.skipped_report, when `landing` is given);
+    `upto`: of the micro-batches up to that batch id only (the report beside the stream: later
+    ones may commit while it runs). The records' content hashes are read from _decoded/
+    (CONTENT), computed again only for the rows of batches an older mqbatch committed (KEYED)."""
     decoded_dir = out / "_decoded"
     schema = T.StructType(DECODED_SCHEMA.fields + [T.StructField(CONTENT, T.LongType())])
-    parts = list(decoded_dir.rglob("*.parquet")) if decoded_dir.is_dir() else []
+    commits = [c for c in _committed(out) if upto is None or c["batch_id"] <= upto]
+    if upto is None:
+        parts = list(decoded_dir.rglob("*.parquet")) if decoded_dir.is_dir() else []
+        paths = [str(decoded_dir)]
+    else:
+        by_batch = _batch_files(decoded_dir)
+        paths = [f for b in sorted(by_batch) if b <= upto for f in by_batch[b]]
+        parts = [pathlib.Path(f) for f in paths]
     if parts:
-        decoded = spark.read.schema(schema).parquet(str(decoded_dir))
-        if any(not c.get(KEYED) for c in _committed(out)):
+        with _listed_here(spark, len(paths)):
+            decoded = spark.read.schema(schema).parquet(*paths)
+        if any(not c.get(KEYED) for c in commits):
             decoded = decoded.withColumn(CONTENT, F.coalesce(F.col(CONTENT), content_hash()))
     else:
         decoded = spark.createDataFrame([], schema)
@@ -193,9 +213,11 @@ def _report_code() -> str | None:
         return None
 
 
-def _note_reported(out: pathlib.Path) -> None:
+def _note_reported(out: pathlib.Path, mark: list | None = None) -> None:
+    """REPORT_STATE of report.json as it is now, computed from the commits `mark` (commits_mark
+    when they were read; the newest by default)."""
     digest = hashlib.sha256((out / "report.json").read_bytes()).hexdigest()
-    state = {"commits": commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
+    state = {"commits": mark or commits_mark(out), "report_sha256": digest, "code_sha256": _report_code()}
     write_private(out / REPORT_STATE, json.dumps(state) + "\n")
 
 
@@ -557,9 +579,16 @@ def process_batch(
     checkpoint: str | None = None,
     on_report=None,
     cadence: ReportCadence | None = None,
+    beside: Beside | None = None,
 ) -> None:
+    """One micro-batch (the module's steps). `beside` (with a cadence of every_s > 0, as
+    run_stream passes with --report-seconds): report.json is computed beside the stream
+    (_report_beside) instead of in this micro-batch's path; its failure fails the next one."""
     out_p, tag = pathlib.Path(out), _tag(batch_id)
     commit = _commit_path(out_p, batch_id)
+    report_beside = beside is not None and cadence is not None and cadence.every_s > 0
+    if beside is not None:
+        beside.raise_failure()  # the last report's failure fails the stream, as it would inline
     if commit.exists():
         say(f"batch {batch_id}: already committed, skipped", flush=True)
         return
@@ -604,7 +633,8 @@ def process_batch(
         f"{n_records} new records, {counts['quarantined'] or 0} quarantined rows, "
         f"in records/ after {readable:.1f} s"
     )
-    reporting = cadence is None or cadence.due()  # else the commit alone: report.json stays an earlier one's
+    # else the commit alone: report.json stays an earlier one's
+    reporting = not report_beside and (cadence is None or cadence.due())
     if reporting:
         # the report of the state after the commit, written before it: commit and report.json move
         # together (settle_report promotes it if a stop comes in between, here or at the restart)
@@ -634,6 +664,15 @@ def process_batch(
     shutil.rmtree(staging, ignore_errors=True)
     if checkpoint is not None:
         make_private(checkpoint)
+    if report_beside:
+        assert cadence is not None and beside is not None
+        if cadence.due() and _report_beside(beside, out_p, batch_id, opts, landing, on_report, say):
+            cadence.done()
+            say(f"{done}, report.json being recomputed beside the stream", flush=True)
+        else:
+            wait = "the last one still running" if beside.busy() else f"next in {cadence.next_in():.0f} s"
+            say(f"{done}, report.json not recomputed ({wait}: --report-seconds)", flush=True)
+        return
     if not reporting:
         assert cadence is not None
         say(f"{done}, report.json not recomputed (next in {cadence.next_in():.0f} s: --report-seconds)", flush=True)
@@ -643,6 +682,28 @@ def process_batch(
     if on_report is not None:
         on_report(out)
     say(f"{done}, report.json after {time.monotonic() - started:.1f} s", flush=True)
+
+
+def _report_beside(
+    beside: Beside, out: pathlib.Path, batch_id: int, opts: JobOptions, landing: str | None, on_report, say
+) -> bool:
+    """Starts report.json of the commits up to `batch_id` (just committed) beside the stream
+    (beside.Beside: the micro-batches go on meanwhile), unless the last one still runs (False).
+    It is written as process_batch writes its own, after its commit (so promoted by
+    settle_report if a stop comes in between), with REPORT_STATE's mark of those commits: a
+    report.json that counts fewer commits than exist is computed again at the end."""
+    mark, bad = commits_mark(out), [b for c in _committed(out) for b in c["quarantined_files"]]
+
+    def work(session: SparkSession) -> None:
+        started = time.monotonic()
+        report = _report_of(session, out, bad, opts, landing, upto=batch_id)
+        _promote(write_report(report, out, _next_report(out, batch_id).name), out)
+        _note_reported(out, mark)
+        say(f"batch {batch_id}: report.json after {time.monotonic() - started:.1f} s beside the stream", flush=True)
+        if on_report is not None:
+            on_report(str(out))
+
+    return beside.start(f"report.json of batch {batch_id}", work)
 
 
 def run_stream(
@@ -662,8 +723,9 @@ def run_stream(
     yet processed, then stop (availableNow); else a micro-batch every trigger_seconds
     until the query is stopped (KeyboardInterrupt, SIGTERM in the job). `on_report(out)`, if
     given, is called after each rewrite of report.json (the command writes the HTML report).
-    report_seconds > 0: a micro-batch recomputes report.json only if that long has passed
-    since the last report (ReportCadence). max_bytes_per_trigger > 0: a micro-batch takes at
+    report_seconds > 0: a micro-batch starts report.json's computation beside the stream
+    (_report_beside) only if that long has passed since the last one started (ReportCadence)
+    and it ended. max_bytes_per_trigger > 0: a micro-batch takes at
     most that many bytes of landing files (at least one file; Spark's maxBytesPerTrigger, also
     with availableNow), so a backlog is taken in bounded steps. A run that ends by itself (availableNow) reports
     every commit on the way out; a stop signal leaves report.json as the last report (no Spark
@@ -671,6 +733,7 @@ def run_stream(
     recomputes it before anything else. warm_up: two micro-batches of its own first
     (mqbatch.spark.warmup), so the first landing files do not wait for a cold JVM."""
     cadence = ReportCadence(report_seconds)
+    aside = Beside(spark, say) if report_seconds > 0 else None
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
     landing_files.scan(landing)  # a clear error for a missing directory
@@ -697,7 +760,7 @@ def run_stream(
                 say(f"telemetry_job: the warm-up failed ({type(e).__name__}: {e}); streaming cold", flush=True)
 
         def batch(df: DataFrame, batch_id: int) -> None:
-            process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report, cadence)
+            process_batch(spark, df, batch_id, out, opts, say, landing, checkpoint, on_report, cadence, aside)
 
         source = spark.readStream.format("binaryFile").schema(FILE_SOURCE_SCHEMA)
         if max_bytes_per_trigger:
@@ -722,7 +785,9 @@ def run_stream(
             try:
                 if query.isActive:
                     query.stop()
-            finally:  # after a stop signal the JVM may be gone: no Spark here
+            finally:  # after a stop signal the JVM may be gone: no Spark here (but a cancel tried)
+                if aside is not None:  # a report beside the stream: cancelled (the one below counts every commit)
+                    aside.stop()
                 settle_report(pathlib.Path(out))
                 behind = report_behind(pathlib.Path(out))
                 if behind is not None:

@@ -16,6 +16,7 @@ import threading
 import time
 import zipfile
 
+from mqbatch.spark import beside
 from mqbatch.spark.jvm import pyspark_home
 from mqbatch.spark.lines import LOCK_HELD, PROGRESS
 from mqbatch.util.paths import CHECKOUT, venv_tool
@@ -149,10 +150,17 @@ def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path, fast_path: p
         *(["--jars", str(fast_path)] if fast_path else []),
         "--py-files",
         str(pyfiles.resolve()),
+        *_scheduler_args(args.spark_conf_args),
         *args.spark_conf_args,
         str(job_file(pyfiles.parent.resolve())),
         *job_arguments(args),
     ]
+
+
+def _scheduler_args(conf_args: list[str]) -> list[str]:
+    """--conf arguments for beside.SCHEDULER unless the user's own set spark.scheduler.mode."""
+    configured = {a.split("=", 1)[0] for a in conf_args if "=" in a}
+    return [x for key, value in beside.scheduler_conf(configured).items() for x in ("--conf", f"{key}={value}")]
 
 
 def _group_alive(pgid: int) -> bool:
