@@ -439,9 +439,9 @@ def test_the_streams_report_takes_shuffle_partitions_by_its_history(spark, tmp_p
     seen_partitions = []
     real = stream.build_report
 
-    def build_report(*args, **kwargs):
-        seen_partitions.append(int(spark.conf.get("spark.sql.shuffle.partitions")))
-        return real(*args, **kwargs)
+    def build_report(decoded, *args, **kwargs):
+        seen_partitions.append(int(decoded.sparkSession.conf.get("spark.sql.shuffle.partitions")))
+        return real(decoded, *args, **kwargs)
 
     monkeypatch.setattr(stream, "build_report", build_report)
     monkeypatch.setattr(stream, "REPORT_BYTES_PER_PARTITION", history // 5)
@@ -451,3 +451,11 @@ def test_the_streams_report_takes_shuffle_partitions_by_its_history(spark, tmp_p
     stream._report_of(spark, out, [], S.JobOptions(), None)
     assert seen_partitions == [-(-history // (history // 5)), 2]
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    # beside the stream (its own session, the commits up to the newest): tasks of task_bytes each
+    aside = spark.newSession()
+    aside.conf.set("spark.sql.shuffle.partitions", "2")
+    newest = max(int(p.stem) for p in (out / "_batches").glob("*.json"))
+    report = stream._report_of(aside, out, [], S.JobOptions(), str(tmp_path / "landing"), newest, history // 7)
+    check_small(report, spark, out)
+    assert seen_partitions[2:] == [-(-history // (history // 7))]
+    assert aside.conf.get("spark.sql.files.maxPartitionBytes") == str(history // 7)

@@ -62,7 +62,7 @@ def session(master: str | None = None, log_level: str | None = None, **conf_item
     for key, value in conf_items.items():
         conf.set(key, value)
     # a micro-batch goes first, work beside the stream takes the idle cores (unless set otherwise)
-    for key, value in beside.scheduler_conf(dict(conf.getAll())).items():
+    for key, value in beside.scheduler_conf(dict(conf.getAll()), lambda line: print(line, file=sys.stderr)).items():
         conf.set(key, value)
     spark = (
         SparkSession.builder.appName("mqbatch-telemetry")

@@ -48,6 +48,7 @@ import os
 import pathlib
 import re
 import shutil
+import threading
 import time
 import urllib.parse
 
@@ -119,11 +120,13 @@ def _report_of(
     opts: JobOptions,
     landing: str | None,
     upto: int | None = None,
+    task_bytes: int = 0,
 ) -> dict:
     """report.json of the decoded rows under out/_decoded and the quarantined files `bad`
     (with the landing entries the job skips, files.skipped_report, when `landing` is given);
     `upto`: of the micro-batches up to that batch id only (the report beside the stream: later
-    ones may commit while it runs). The records' content hashes are read from _decoded/
+    ones may commit while it runs); `task_bytes` > 0 (the report beside the stream, in a session
+    of its own): its tasks read and shuffle about that many bytes of _decoded/ each. The records' content hashes are read from _decoded/
     (CONTENT), computed again only for the rows of batches an older mqbatch committed (KEYED)."""
     decoded_dir = out / "_decoded"
     schema = T.StructType(DECODED_SCHEMA.fields + [T.StructField(CONTENT, T.LongType())])
@@ -135,6 +138,8 @@ def _report_of(
         by_batch = _batch_files(decoded_dir)
         paths = [f for b in sorted(by_batch) if b <= upto for f in by_batch[b]]
         parts = [pathlib.Path(f) for f in paths]
+    if task_bytes:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(task_bytes))
     if parts:
         with _listed_here(spark, len(paths)):
             decoded = spark.read.schema(schema).parquet(*paths)
@@ -143,7 +148,7 @@ def _report_of(
     else:
         decoded = spark.createDataFrame([], schema)
     history = sum(f.stat().st_size for f in parts)  # the report's shuffle partitions (below)
-    with _at_least(spark, SHUFFLE_PARTITIONS, math.ceil(history / REPORT_BYTES_PER_PARTITION)):
+    with _at_least(spark, SHUFFLE_PARTITIONS, math.ceil(history / (task_bytes or REPORT_BYTES_PER_PARTITION))):
         report = build_report(decoded, opts, bad_files=bad)  # (its records de-duplicated once)
     if landing is not None:
         report["skipped_landing_entries"] = landing_files.skipped_report(landing)
@@ -388,6 +393,9 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # keys of build_report): about a million records a partition. With the micro-batches' two, a
 # partition of an 18 M-record history ran a 1 GB driver out of heap (docs/scale.md)
 REPORT_BYTES_PER_PARTITION = 16 * 1024 * 1024
+# the report beside the stream: a task reads (and shuffles) about this much of _decoded/ (some
+# 250,000 records), so a micro-batch's task, served first, waits about that long for a core
+BESIDE_TASK_BYTES = 4 * 1024 * 1024
 
 
 def _listed_here(spark: SparkSession, paths: int):
@@ -696,14 +704,31 @@ def _report_beside(
 
     def work(session: SparkSession) -> None:
         started = time.monotonic()
-        report = _report_of(session, out, bad, opts, landing, upto=batch_id)
-        _promote(write_report(report, out, _next_report(out, batch_id).name), out)
-        _note_reported(out, mark)
-        say(f"batch {batch_id}: report.json after {time.monotonic() - started:.1f} s beside the stream", flush=True)
-        if on_report is not None:
-            on_report(str(out))
+        report = _report_of(session, out, bad, opts, landing, upto=batch_id, task_bytes=BESIDE_TASK_BYTES)
+
+        def write() -> None:  # (not after a stop began: the stop's own report counts every commit)
+            _promote(write_report(report, out, _next_report(out, batch_id).name), out)
+            _note_reported(out, mark)
+
+        if beside.publish(write):
+            say(f"batch {batch_id}: report.json after {time.monotonic() - started:.1f} s beside the stream", flush=True)
+            if on_report is not None:
+                on_report(str(out))
 
     return beside.start(f"report.json of batch {batch_id}", work)
+
+
+_SAYING = threading.Lock()
+
+
+def _whole_lines(say):
+    """`say` (print, or a callback that prints) called one thread at a time."""
+
+    def said(*args, **kwargs):
+        with _SAYING:
+            return say(*args, **kwargs)
+
+    return said
 
 
 def run_stream(
@@ -733,6 +758,8 @@ def run_stream(
     recomputes it before anything else. warm_up: two micro-batches of its own first
     (mqbatch.spark.warmup), so the first landing files do not wait for a cold JVM."""
     cadence = ReportCadence(report_seconds)
+    if report_seconds > 0:  # two threads print: each line whole (print writes its end apart)
+        say, on_report = _whole_lines(say), on_report and _whole_lines(on_report)
     aside = Beside(spark, say) if report_seconds > 0 else None
     if "://" in out:
         raise SystemExit("telemetry_job: --stream/--once write to a local --out only")
