@@ -61,7 +61,10 @@ def test_the_jobs_sessions_let_a_micro_batch_go_before_work_beside_the_stream(tm
     args.master, args.spark_conf_args = None, []
     cmd = submit.submit_command(args, tmp_path / "mqbatch.zip", None)
     confs = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--conf"]
-    assert "spark.scheduler.mode=FAIR" in confs and f"spark.scheduler.allocation.file={beside.SCHEDULER_XML.as_uri()}" in confs
+    assert (
+        "spark.scheduler.mode=FAIR" in confs
+        and f"spark.scheduler.allocation.file={beside.SCHEDULER_XML.as_uri()}" in confs
+    )
     args.spark_conf_args = ["--conf", "spark.scheduler.mode=FIFO"]
     confs = [x for x in submit.submit_command(args, tmp_path / "mqbatch.zip", None) if x.startswith("spark.scheduler")]
     assert confs == ["spark.scheduler.mode=FIFO"], confs
