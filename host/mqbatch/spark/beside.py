@@ -129,7 +129,7 @@ class Beside:
         if not self.busy():
             return
         try:  # its running jobs and any it would start (cancelJobGroup alone stops only running ones)
-            self.spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(self.group)  # type: ignore[union-attr]
+            self.spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(self.group)
         except Exception:  # noqa: BLE001 - after a stop signal the JVM may be gone: its jobs with it
             pass
         assert self._thread is not None
