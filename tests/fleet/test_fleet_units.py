@@ -119,7 +119,7 @@ def test_units_are_written_and_well_formed(units, tmp_path):
     assert rec["ReadWritePaths"] == str(tmp_path / "landing")
     spark = svc["mqbatch-spark.service"]
     assert " spark --stream " in spark["ExecStart"] and "--hmac-keys" in spark["ExecStart"]
-    assert spark["ExecStart"].endswith(" --report-seconds 60")  # report.json beside the stream, not in its path
+    assert spark["ExecStart"].endswith(" --report-seconds 300")  # report.json beside the stream, not in its path
     assert "MemoryDenyWriteExecute" not in spark  # the JVM compiles at run time
     fw = svc["mqbatch-broker-firewall.service"]
     assert fw["ExecStart"] == f"/usr/sbin/nft -f {d / 'broker' / 'nftables.conf'}"

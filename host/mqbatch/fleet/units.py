@@ -7,7 +7,7 @@ DIR/systemd/:
     mqbatch-broker.service            mosquitto -c DIR/broker/mosquitto.conf
     mqbatch-recorder.service          mqbatch ingest ... --landing PATH
     mqbatch-spark.service             mqbatch spark --stream --landing PATH --out PATH --hmac-keys ...
-                                      --report-seconds 60 (report.json beside the stream)
+                                      --report-seconds 300 (report.json beside the stream)
 
 Every long-running unit restarts on failure (not on exit status 2: bad
 configuration, a restart cannot help), runs as an unprivileged user (default:
@@ -33,7 +33,7 @@ NFT = "/usr/sbin/nft"
 UNIT_NAMES = ("mqbatch-broker-firewall", "mqbatch-broker", "mqbatch-recorder", "mqbatch-spark")
 # the service's report.json at most this often, computed beside the stream (docs/spark.md): its
 # cost grows with the history, and after every micro-batch in its path it held them (docs/scale.md)
-SERVICE_REPORT_SECONDS = 60
+SERVICE_REPORT_SECONDS = 300
 BROKER_NOFILE = 16384  # descriptors: above Limits.max_connections (10,000) plus files and the listener
 
 # sandboxing shared by the long-running units (systemd.exec(5))
