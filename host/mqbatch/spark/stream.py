@@ -677,13 +677,15 @@ def process_batch(
         if cadence.due() and _report_beside(beside, out_p, batch_id, opts, landing, on_report, say):
             cadence.done()
             say(f"{done}, report.json being recomputed beside the stream", flush=True)
-        else:
-            wait = "the last one still running" if beside.busy() else f"next in {cadence.next_in():.0f} s"
-            say(f"{done}, report.json not recomputed ({wait}: --report-seconds)", flush=True)
-        return
+            return
     if not reporting:
         assert cadence is not None
-        say(f"{done}, report.json not recomputed (next in {cadence.next_in():.0f} s: --report-seconds)", flush=True)
+        wait = (
+            "the last one still running"
+            if beside is not None and beside.busy()
+            else f"next in {cadence.next_in():.0f} s"
+        )
+        say(f"{done}, report.json not recomputed ({wait}: --report-seconds)", flush=True)
         return
     if cadence is not None:
         cadence.done()

@@ -158,7 +158,7 @@ def submit_command(args: argparse.Namespace, pyfiles: pathlib.Path, fast_path: p
 
 
 def _scheduler_args(conf_args: list[str]) -> list[str]:
-    """--conf arguments for beside.SCHEDULER unless the user's own set spark.scheduler.mode."""
+    """--conf arguments for beside.SCHEDULER unless the user's own set the mode or the pools' file."""
     configured = {a.split("=", 1)[0] for a in conf_args if "=" in a}
     say = lambda line: print(line, file=sys.stderr)  # noqa: E731
     return [x for key, value in beside.scheduler_conf(configured, say).items() for x in ("--conf", f"{key}={value}")]
